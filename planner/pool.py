@@ -1,0 +1,125 @@
+"""The pool as nodes report it: one record per node, the same one ``modelplan plan`` reads from a file
+and node agents publish as heartbeats."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from planner.errors import InvalidInput
+from planner.model import PoolNode
+from planner.quant import mem_from_class
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+"""Node ids, class labels and fabric names: letters, digits, ``.``, ``_`` and ``-``, up to 128 characters.
+They become parts of Redis keys and command lines, so nothing else is let in."""
+
+MAX_GPUS_PER_NODE = 1024
+MAX_MEM_GB = 1 << 20
+"""Bounds on what one node may report (a node with a PiB of RAM is a typo, not a node)."""
+
+
+class NodeReport(BaseModel):
+    """One node as its agent reports it: its cards and host memory, total and free now."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    node_id: str = Field(pattern=ID_PATTERN)
+    gpu_class: str = Field(default="", pattern=r"^$|" + ID_PATTERN)
+    """The card class label, such as ``h100-80g``; ``""`` for a node with no GPU."""
+    fabric: str = Field(default="", pattern=r"^$|" + ID_PATTERN)
+    """The interconnect its cards share with other nodes' (pipeline parallel spans one fabric)."""
+    gpu_mem_gb: int = Field(default=0, ge=0, le=MAX_MEM_GB)
+    """One card's memory in GiB; when 0, read from the class label."""
+    gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_NODE)
+    free_gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_NODE)
+    host_mem_gb: int = Field(ge=0, le=MAX_MEM_GB)
+    host_free_gb: int = Field(ge=0, le=MAX_MEM_GB)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> NodeReport:
+        if self.free_gpus > self.gpus:
+            raise ValueError(f"free_gpus {self.free_gpus} is more than gpus {self.gpus}")
+        if self.host_free_gb > self.host_mem_gb:
+            raise ValueError(f"host_free_gb {self.host_free_gb} is more than host_mem_gb {self.host_mem_gb}")
+        if not self.gpu_class:
+            if self.gpus or self.gpu_mem_gb:
+                raise ValueError('a node with gpu_class "" has no cards: gpus and gpu_mem_gb must be 0')
+            return self
+        if self.gpus == 0:
+            raise ValueError(f"gpu_class {self.gpu_class!r} given with gpus 0")
+        labelled = mem_from_class(self.gpu_class)
+        if self.gpu_mem_gb == 0 and labelled == 0:
+            raise ValueError(
+                f"gpu_mem_gb is needed: the class label {self.gpu_class!r} carries no size (like h100-80g)"
+            )
+        if self.gpu_mem_gb and labelled and self.gpu_mem_gb != labelled:
+            raise ValueError(f"gpu_mem_gb {self.gpu_mem_gb} disagrees with the class label {self.gpu_class!r}")
+        return self
+
+    @property
+    def card_gb(self) -> int:
+        """One card's memory in GiB, given or read from the label."""
+        return self.gpu_mem_gb or mem_from_class(self.gpu_class)
+
+    def to_pool_node(self) -> PoolNode:
+        return PoolNode(
+            id=self.node_id,
+            gpu_class=self.gpu_class,
+            fabric=self.fabric,
+            gpu_mem_gb=self.card_gb,
+            gpus=self.gpus,
+            free_gpus=self.free_gpus,
+            host_mem_gb=self.host_mem_gb,
+            host_free_gb=self.host_free_gb,
+        )
+
+
+def parse_node(data: Any, source: str = "node") -> NodeReport:
+    """A node record from JSON data, or ``InvalidInput`` naming the field and what was wrong."""
+    try:
+        return NodeReport.model_validate(data)
+    except ValidationError as e:
+        raise invalid_from(e, source) from e
+
+
+def parse_pool(text: str, source: str = "pool") -> list[NodeReport]:
+    """A pool file: a JSON list of node records, node ids unique."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidInput(source, "(file)", f"not JSON: {e}") from e
+    if not isinstance(data, list):
+        raise InvalidInput(source, "(file)", f"expected a JSON list of nodes, got {type(data).__name__}")
+    reports = [parse_node(item, f"{source}[{i}]") for i, item in enumerate(data)]
+    seen: set[str] = set()
+    for i, r in enumerate(reports):
+        if r.node_id in seen:
+            raise InvalidInput(f"{source}[{i}]", "node_id", f"{r.node_id!r} appears twice")
+        seen.add(r.node_id)
+    return reports
+
+
+def pool_nodes(reports: Iterable[NodeReport]) -> list[PoolNode]:
+    return [r.to_pool_node() for r in reports]
+
+
+def invalid_from(e: ValidationError, source: str) -> InvalidInput:
+    """The first problem pydantic found, as one line naming the field, the value and the rule."""
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(record)"
+    given = err.get("input")
+    shown = repr(given) if not isinstance(given, dict) else "the record"
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "string_pattern_mismatch":
+        msg = "only letters, digits, '.', '_' and '-' (up to 128, starting with a letter or digit)"
+    if err["type"] == "extra_forbidden":
+        return InvalidInput(source, loc, "unknown field")
+    if err["type"] == "missing":
+        return InvalidInput(source, loc, "missing")
+    return InvalidInput(source, loc, f"{msg} (given {shown})")

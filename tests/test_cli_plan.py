@@ -1,0 +1,148 @@
+"""``modelplan plan``: the dry run, on a listing and on a folder, as a table and as JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from producer.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+POOL = str(EXAMPLES / "pool.json")
+
+
+def listing(model: str) -> list[str]:
+    d = EXAMPLES / "models" / model
+    return ["--files", str(d / "files.json"), "--config", str(d / "config.json")]
+
+
+def test_table_on_a_listing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--pool", POOL, *listing("llama-3-8b-gguf"), "--context", "8192"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["#", "artifact", "bits", "engine", "where", "need", "/", "have", "GiB", "hosts", "now"]
+    first = lines[1].split()
+    assert first[:6] == ["1", "Meta-Llama-3-8B-Instruct-BF16.gguf", "16.0", "llamacpp", "1", "×"]
+    assert first[6] == "h100-80g" and first[-1] == "free"
+    assert lines[-1].split()[4:6] == ["CPU", "RAM"]
+    assert len(lines) == 1 + 8
+
+
+def test_json_on_a_listing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--pool", POOL, *listing("llama-3.1-70b-instruct"), "--context", "8192", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [(o["gpu_class"], o["gpus_per_node"], o["nodes"], o.get("fabric"), o["free_now"]) for o in got] == [
+        ("h100-80g", 4, 1, None, True),
+        ("a100-40g", 4, 2, "ib-west", False),  # a100-b's cards are all in use
+    ]
+    assert set(got[0]) == {
+        "artifact",
+        "format",
+        "engine",
+        "gpu_class",
+        "gpus_per_node",
+        "nodes",
+        "need_gb",
+        "have_gb",
+        "hosts",
+        "free_now",
+        "bits_per_weight",
+    }
+    assert got[0]["bits_per_weight"] == pytest.approx(16.0)
+
+
+def test_json_is_an_empty_list_when_nothing_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pool = tmp_path / "pool.json"
+    pool.write_text(
+        json.dumps(
+            [
+                {
+                    "node_id": "small",
+                    "gpu_class": "rtx4090-24g",
+                    "gpus": 1,
+                    "free_gpus": 1,
+                    "host_mem_gb": 16,
+                    "host_free_gb": 16,
+                }
+            ]
+        )
+    )
+    assert main(["plan", "--pool", str(pool), *listing("llama-3.1-70b-instruct"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["plan", "--pool", str(pool), *listing("llama-3.1-70b-instruct")]) == 0
+    assert capsys.readouterr().out.startswith("no option")
+
+
+def test_on_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text((EXAMPLES / "models" / "llama-3-8b-gguf" / "config.json").read_text())
+    with (tmp_path / "tiny-Q4_K_M.gguf").open("wb") as f:
+        f.truncate(3 << 30)  # sparse: 3 GiB on paper, nothing on disk
+    assert main(["plan", "--pool", POOL, "--repo", str(tmp_path), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert {o["artifact"] for o in got} == {"tiny-Q4_K_M.gguf"}
+    assert got[0]["need_gb"] == pytest.approx(3 + 0.5 + 1 + 3 / 20)  # 4096 tokens of 128 KiB: 0.5 GiB
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--context", "0"], "context: must be a whole number of tokens"),
+        (["--context", "9000"], "context: 9000 is more than the model's max_position_embeddings 8192"),
+        (["--pool", "/nonexistent.json"], "/nonexistent.json: --pool: cannot be read"),
+    ],
+)
+def test_bad_input_exits_non_zero_with_the_message(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["plan", "--pool", POOL, *listing("llama-3-8b-gguf"), *args]
+    if "--pool" in args:
+        argv = ["plan", *args, *listing("llama-3-8b-gguf")]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.out == ""
+
+
+@pytest.mark.parametrize(
+    ("node", "message"),
+    [
+        ({"gpu_class": "h100-80g", "gpus": 1, "free_gpus": 2}, "free_gpus 2 is more than gpus 1"),
+        ({"gpus": -1}, "gpus: Input should be greater than or equal to 0 (given -1)"),
+        ({"gpu_class": "mystery", "gpus": 1}, "gpu_mem_gb is needed"),
+        ({"gpu_class": "h100-80g", "gpus": 1, "gpu_mem_gb": 40}, "gpu_mem_gb 40 disagrees with the class label"),
+        ({"node_id": "a b"}, "node_id: only letters, digits"),
+        ({"colour": "red"}, "colour: unknown field"),
+        ({"host_free_gb": 999}, "host_free_gb 999 is more than host_mem_gb 64"),
+    ],
+)
+def test_a_bad_pool_names_the_node_and_field(
+    tmp_path: Path, node: dict[str, object], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = {"node_id": "n1", "host_mem_gb": 64, "host_free_gb": 64}
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps([good, {**good, "node_id": "n2", **node}]))
+    assert main(["plan", "--pool", str(pool), *listing("llama-3-8b-gguf")]) == 2
+    err = capsys.readouterr().err
+    assert f"{pool}[1]: " in err and message in err
+
+
+def test_the_console_script_runs(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "producer.cli", "plan", "--pool", POOL, *listing("qwen2.5-7b-instruct"), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)[0]["gpu_class"] == "h100-80g"
+    bad = subprocess.run(
+        [sys.executable, "-m", "producer.cli", "plan", "--pool", POOL, "--files", "x.json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert bad.returncode == 2 and "give both --files and --config, or --repo DIR" in bad.stderr
+    assert "Traceback" not in bad.stderr

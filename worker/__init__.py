@@ -1,0 +1,1 @@
+"""modelplan's worker: the state in Redis and the queue's job functions."""
