@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,11 @@ from planner import (
     repository_from_folder,
     repository_from_listing,
 )
-from producer.render import options_table
+from producer.client import Client, request_from_repository
+from producer.render import job_text, options_table, status_text
+from worker.config import PREFIX_ENV, REDIS_URL_ENV
+from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
+from worker.records import JobState, parse_heartbeat
 
 
 def _read_json(path: str, what: str) -> Any:
@@ -60,6 +65,74 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client(args: argparse.Namespace) -> Client:
+    return Client.from_url(args.redis_url, args.prefix)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from worker.config import configure_logging, prefix, redis_url
+    from worker.runner import run
+
+    configure_logging(args.log_level)
+    run(redis_url(args.redis_url), prefix(args.prefix), burst=args.burst)
+    return 0
+
+
+def cmd_heartbeat(args: argparse.Namespace) -> int:
+    hb = parse_heartbeat(
+        {
+            "node_id": args.node_id,
+            "gpu_class": args.gpu_class,
+            "fabric": args.fabric,
+            "gpu_mem_gb": args.gpu_mem_gb,
+            "gpus": args.gpus,
+            "free_gpus": args.free_gpus,
+            "host_mem_gb": args.host_mem_gb,
+            "host_free_gb": args.host_free_gb,
+            "seq": args.seq if args.seq is not None else time.time_ns() // 1000,
+            "boot_id": args.boot_id,
+            "started": args.started,
+        },
+        "heartbeat",
+    )
+    stored = _client(args).heartbeat(hb)
+    print("stored" if stored else "stale: an older heartbeat than the one stored; nothing changed")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    repo = load_repository(args)
+    model = args.model or args.repo or str(Path(args.files).parent.name)
+    req = request_from_repository(
+        repo, model=model, context=args.context, artifact=args.artifact, priority=args.priority
+    )
+    print(_client(args).submit(req, args.job_id))
+    return 0
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    rec = _client(args).get(args.job_id)
+    print(rec.to_json() if args.json else job_text(rec))
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    print(job_text(_client(args).release(args.job_id)))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    print(job_text(_client(args).cancel(args.job_id)))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    client = _client(args)
+    live = [r for s in (JobState.PLANNING, JobState.QUEUED, JobState.WAITING, JobState.PLACED) for r in client.jobs(s)]
+    print(status_text(client.pool(), client.counts(), live))
+    return 0
+
+
 def _add_repository_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--files", metavar="FILES.json", help='the file listing: a JSON list of {"path", "size"}')
     p.add_argument("--config", metavar="CONFIG.json", help="the model's config.json")
@@ -81,6 +154,57 @@ def parser() -> argparse.ArgumentParser:
     _add_repository_args(p)
     p.add_argument("--json", action="store_true", help="the options as JSON, in rank order")
     p.set_defaults(func=cmd_plan)
+
+    redis_args = argparse.ArgumentParser(add_help=False)
+    redis_args.add_argument("--redis-url", help=f"Redis URL (default: ${REDIS_URL_ENV}, else {DEFAULT_REDIS_URL})")
+    redis_args.add_argument("--prefix", help=f"key prefix (default: ${PREFIX_ENV}, else {DEFAULT_PREFIX})")
+
+    p = sub.add_parser("worker", parents=[redis_args], help="plan serve jobs from the queue")
+    p.add_argument("--burst", action="store_true", help="drain the queue, then exit")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("heartbeat", parents=[redis_args], help="publish one node heartbeat")
+    p.add_argument("--node-id", required=True)
+    p.add_argument("--gpu-class", default="", help='card class such as h100-80g; "" for a CPU node')
+    p.add_argument("--gpu-mem-gb", type=int, default=0, help="one card's GiB, when the class label has none")
+    p.add_argument("--gpus", type=int, default=0)
+    p.add_argument("--free-gpus", type=int, default=0)
+    p.add_argument("--host-mem-gb", type=int, required=True)
+    p.add_argument("--host-free-gb", type=int, required=True)
+    p.add_argument("--fabric", default="")
+    p.add_argument("--boot-id", default="manual", help="changes when the node restarts")
+    p.add_argument("--seq", type=int, help="rises with each heartbeat (default: the clock in microseconds)")
+    p.add_argument(
+        "--started",
+        action="append",
+        default=[],
+        metavar="JOB_ID",
+        help="a placed job whose cards this report already counts as used (repeatable)",
+    )
+    p.set_defaults(func=cmd_heartbeat)
+
+    p = sub.add_parser("submit", parents=[redis_args], help="submit a serve job; prints its id")
+    _add_repository_args(p)
+    p.add_argument("--model", help="a name for people (default: the folder's)")
+    p.add_argument("--artifact", help="pin one artifact by name")
+    p.add_argument("--priority", type=int, default=0, help=f"0 to {PRIORITY_MAX}, higher first (default 0)")
+    p.add_argument("--job-id", help="your own id (letters, digits, . _ -): submitting it again is a no-op")
+    p.set_defaults(func=cmd_submit)
+
+    for name, func, text in (
+        ("job", cmd_job, "a job's record"),
+        ("release", cmd_release, "free a placed job"),
+        ("cancel", cmd_cancel, "cancel a queued or waiting job"),
+    ):
+        p = sub.add_parser(name, parents=[redis_args], help=text)
+        p.add_argument("job_id")
+        if name == "job":
+            p.add_argument("--json", action="store_true", help="the record as stored")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("status", parents=[redis_args], help="the pool and the jobs at a glance")
+    p.set_defaults(func=cmd_status)
     return top
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from planner import Option
+from worker.records import JobRecord, JobState
+from worker.store import Snapshot
 
 _HEADERS = ("#", "artifact", "bits", "engine", "where", "need / have GiB", "hosts", "now")
 
@@ -36,3 +38,52 @@ def options_table(opts: Sequence[Option]) -> str:
         ]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+def job_text(rec: JobRecord) -> str:
+    """A job's record as a few lines: state and why, then the option and each node with its cards."""
+    lines = [f"job {rec.job_id}: {rec.state.value}", f"  model:   {rec.request.model} (context {rec.request.context})"]
+    if rec.option is not None:
+        what = "runs on" if rec.state is JobState.PLACED else "target"
+        lines.append(f"  {what}: {rec.option.artifact} on {rec.option.label} ({rec.option.engine})")
+    for r in rec.placement:
+        held = f"{r.gpus} card{'s' if r.gpus != 1 else ''}" if r.gpus else f"{r.host_gb:.1f} GiB RAM"
+        lines.append(f"  node:    {r.node_id}: {held}")
+    if rec.reason:
+        lines.append(f"  reason:  {rec.reason}")
+    lines.append(f"  updated: {rec.updated_at.isoformat()} (version {rec.version}, planned {rec.attempts}x)")
+    return "\n".join(lines)
+
+
+def status_text(snap: Snapshot, counts: dict[str, int], jobs: Sequence[JobRecord]) -> str:
+    """The pool and the jobs at a glance."""
+    out = [f"{len(snap.records)} node(s) in the pool"]
+    if snap.records:
+        rows = [("node", "class", "fabric", "cards free/all", "held", "free for plans", "RAM free/all GiB")]
+        by_id = {n.id: n for n in snap.nodes}
+        for node_id in sorted(snap.records):
+            node = snap.records[node_id]
+            held = sum(h.gpus for h in snap.held.get(node_id, {}).values())
+            rows.append(
+                (
+                    node_id,
+                    node.gpu_class or "(cpu)",
+                    node.fabric or "-",
+                    f"{node.free_gpus}/{node.gpus}",
+                    str(held),
+                    str(by_id[node_id].free_gpus),
+                    f"{node.host_free_gb}/{node.host_mem_gb}",
+                )
+            )
+        out.append(_table(rows))
+    out.append("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if any(counts.values()) else "no jobs")
+    for rec in jobs:
+        where = rec.option.label if rec.option else "-"
+        nodes = ",".join(r.node_id for r in rec.placement) or "-"
+        out.append(f"  {rec.job_id}  {rec.state.value:8}  {where}  {nodes}  {rec.request.model}")
+    return "\n".join(out)
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows)

@@ -1,0 +1,213 @@
+"""What other services and node agents use: submit and watch serve jobs, release and cancel them, and
+publish heartbeats.
+
+    from producer import Client, request_from_listing
+    client = Client.from_url("redis://127.0.0.1:6379/0")
+    job_id = client.submit(request_from_listing(files, config, context=8192, model="org/name"))
+    for record in client.watch(job_id, timeout=30):
+        print(record.state, record.reason)
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
+from typing import Any, TypeVar
+
+import redis
+
+from planner import DEFAULT_CONTEXT, repository_from_folder, repository_from_listing
+from planner.repository import Repository
+from worker import constants as C
+from worker import planning
+from worker.config import connect, redact
+from worker.config import prefix as default_prefix
+from worker.config import redis_url as default_url
+from worker.errors import JobExists, JobNotFound, RedisUnavailable
+from worker.keys import Keys, check_id
+from worker.records import (
+    Heartbeat,
+    JobRecord,
+    JobState,
+    NodeRecord,
+    ServeRequest,
+    parse_heartbeat,
+    parse_request,
+    utcnow,
+)
+from worker.scripts import text
+from worker.store import Snapshot, Store, now_ms
+
+T = TypeVar("T")
+
+
+def request_from_repository(
+    repo: Repository, *, model: str, context: int = DEFAULT_CONTEXT, artifact: str | None = None, priority: int = 0
+) -> ServeRequest:
+    return parse_request(
+        {
+            "model": model,
+            "artifacts": [a.to_json() for a in repo.artifacts],
+            "shape": {
+                "kv_bytes_per_token": repo.shape.kv_bytes_per_token,
+                "kv_heads": repo.shape.kv_heads,
+                "params": repo.shape.params,
+                "max_context": repo.shape.max_context,
+            },
+            "context": context,
+            "artifact": artifact,
+            "priority": priority,
+        }
+    )
+
+
+def request_from_listing(files: Any, config: Any, index: Any = None, *, model: str, **kw: Any) -> ServeRequest:
+    """A serve request for a repository given as its file listing and ``config.json`` data."""
+    return request_from_repository(repository_from_listing(files, config, index), model=model, **kw)
+
+
+def request_from_folder(folder: str, *, model: str | None = None, **kw: Any) -> ServeRequest:
+    """A serve request for a repository in a local folder."""
+    return request_from_repository(repository_from_folder(folder), model=model or folder, **kw)
+
+
+class Client:
+    """One service's handle on modelplan's state in Redis."""
+
+    def __init__(self, client: redis.Redis, prefix: str | None = None, *, url: str = "") -> None:
+        self.store = Store(client, Keys(default_prefix(prefix)))
+        self.keys = self.store.keys
+        self.redis = client
+        self._url = redact(url) if url else "Redis"
+
+    @classmethod
+    def from_url(cls, url: str | None = None, prefix: str | None = None) -> Client:
+        """A client for ``url``, else ``MODELPLAN_REDIS_URL``, else the local default."""
+        resolved = default_url(url)
+        return cls(connect(resolved), prefix, url=resolved)
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            raise RedisUnavailable(self._url, e) from e
+
+    # --- serve jobs -------------------------------------------------------------------------------------
+
+    def submit(self, request: ServeRequest | Mapping[str, Any], job_id: str | None = None) -> str:
+        """Record a serve job and queue it for planning, in one transaction: when this returns, the job is
+        stored and queued; when it raises, nothing was. Submitting the same id with the same request again
+        returns the id and queues nothing; with another request it raises ``JobExists``."""
+        req = request if isinstance(request, ServeRequest) else parse_request(request)
+        job_id = check_id(job_id, "job_id") if job_id is not None else uuid.uuid4().hex
+        return self._call(lambda: self._submit(req, job_id))
+
+    def _submit(self, req: ServeRequest, job_id: str) -> str:
+        k = self.keys
+        key = k.job(job_id)
+        while True:
+            with self.redis.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(key)  # type: ignore[no-untyped-call]
+                    raw = pipe.get(key)
+                    if raw is not None:
+                        if JobRecord.from_json(raw).request == req:
+                            return job_id
+                        raise JobExists(job_id)
+                    seq = self.store.next_seq()
+                    now = utcnow()
+                    rec = JobRecord(
+                        job_id=job_id,
+                        state=JobState.QUEUED,
+                        version=0,
+                        request=req,
+                        seq=seq,
+                        created_at=now,
+                        updated_at=now,
+                        reason="queued",
+                    )
+                    event = {"job_id": job_id, "state": "queued", "version": "0", "reason": "submitted"}
+                    pipe.multi()
+                    pipe.set(key, rec.to_json())
+                    pipe.zadd(k.jobs(JobState.QUEUED), {job_id: now_ms()})
+                    pipe.xadd(k.job_events(job_id), event, maxlen=C.JOB_EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
+                    pipe.xadd(k.events, event, maxlen=C.EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
+                    self.store.enqueue_plan(job_id, pipeline=pipe)
+                    pipe.execute()
+                    return job_id
+                except redis.WatchError:
+                    continue
+
+    def get(self, job_id: str) -> JobRecord:
+        rec = self._call(lambda: self.store.job(job_id))
+        if rec is None:
+            raise JobNotFound(job_id)
+        return rec
+
+    def watch(self, job_id: str, timeout: float = 60.0) -> Iterator[JobRecord]:
+        """Yield the job's record now and at each change, until it settles (placed, failed, cancelled,
+        released) or ``timeout`` seconds pass. Reads the job's stream; does not poll."""
+        stream = self.keys.job_events(job_id)
+        last = self._call(lambda: self.redis.xrevrange(stream, count=1))
+        last_id = text(last[0][0]) if last else "0-0"
+        rec = self.get(job_id)
+        yield rec
+        deadline = time.monotonic() + timeout
+        while not rec.state.settled:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            block = max(1, int(min(left * 1000, C.WATCH_BLOCK_MS)))
+            got: Any = self._call(partial(self.redis.xread, {stream: last_id}, block=block))
+            if not got:
+                continue
+            last_id = text(got[0][1][-1][0])
+            new = self.get(job_id)
+            if new.version != rec.version:
+                rec = new
+                yield rec
+
+    def release(self, job_id: str) -> JobRecord:
+        """Free a placed job's cards (or memory); waiting jobs that can use them are planned at once."""
+        return self._call(lambda: planning.release(self.store, job_id))
+
+    def cancel(self, job_id: str) -> JobRecord:
+        """Cancel a job that is queued, being planned, or waiting."""
+        return self._call(lambda: planning.cancel(self.store, job_id))
+
+    # --- nodes --------------------------------------------------------------------------------------------
+
+    def heartbeat(self, heartbeat: Heartbeat | Mapping[str, Any]) -> bool:
+        """Publish a node's heartbeat; False when an older one of the same boot (nothing changed)."""
+        hb = heartbeat if isinstance(heartbeat, Heartbeat) else parse_heartbeat(heartbeat)
+        record = NodeRecord.model_validate({**dict(hb), "received_at": utcnow()})
+
+        def put() -> bool:
+            stored, wake, restarted = self.store.put_heartbeat(record)
+            if restarted:
+                self.store.enqueue_restart(hb.node_id, hb.boot_id)
+            if wake:
+                self.store.enqueue_pass()
+            return stored
+
+        return self._call(put)
+
+    def pool(self) -> Snapshot:
+        """The live nodes with what each reports and what placed jobs hold on it."""
+        return self._call(self.store.snapshot)
+
+    def counts(self) -> dict[str, int]:
+        """How many jobs are in each state."""
+
+        def count() -> dict[str, int]:
+            with self.redis.pipeline(transaction=False) as pipe:
+                for s in JobState:
+                    pipe.zcard(self.keys.jobs(s))
+                return {s.value: int(n) for s, n in zip(JobState, pipe.execute(), strict=True)}
+
+        return self._call(count)
+
+    def jobs(self, state: JobState) -> list[JobRecord]:
+        return [r for r in self._call(lambda: self.store.jobs(self.store.job_ids(state))) if r is not None]

@@ -1,0 +1,94 @@
+"""Builders and whole-state readers for worker tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rq import SimpleWorker
+from rq.serializers import JSONSerializer
+
+from producer import Client, request_from_listing
+from worker.records import JobState, ServeRequest
+from worker.scripts import text
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "models"
+
+
+def hb(
+    node_id: str,
+    gpu_class: str = "h100-80g",
+    gpus: int = 1,
+    free: int | None = None,
+    *,
+    seq: int = 1,
+    boot: str = "boot-1",
+    host: int = 256,
+    host_free: int | None = None,
+    fabric: str = "",
+    started: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    return {
+        "node_id": node_id,
+        "gpu_class": gpu_class,
+        "fabric": fabric,
+        "gpus": gpus if gpu_class else 0,
+        "free_gpus": (gpus if free is None else free) if gpu_class else 0,
+        "host_mem_gb": host,
+        "host_free_gb": host if host_free is None else host_free,
+        "seq": seq,
+        "boot_id": boot,
+        "started": list(started),
+    }
+
+
+def request(model: str = "llama-3.1-8b-instruct", context: int = 8192, **kw: Any) -> ServeRequest:
+    d = EXAMPLES / model
+    index = d / "model.safetensors.index.json"
+    return request_from_listing(
+        json.loads((d / "files.json").read_text()),
+        json.loads((d / "config.json").read_text()),
+        json.loads(index.read_text()) if index.exists() else None,
+        model=model,
+        context=context,
+        **kw,
+    )
+
+
+def drain(client: Client) -> None:
+    """Run every queued RQ job in this process, as ``modelplan worker --burst`` does."""
+    SimpleWorker([client.store.queue], connection=client.redis, serializer=JSONSerializer).work(
+        burst=True, logging_level="WARNING"
+    )
+
+
+def queued_functions(client: Client) -> list[str]:
+    """The function of each RQ job waiting on the planning queue, in order."""
+    return [job.func_name for job in client.store.queue.get_jobs()]
+
+
+def whole_state(client: Client) -> dict[str, Any]:
+    """Everything a scenario leaves: each job's state (from its record and from the indexes), and what is
+    held on each node."""
+    r, k = client.redis, client.keys
+    index = {s.value: sorted(text(j) for j in r.zrange(k.jobs(s), 0, -1)) for s in JobState}
+    records = {}
+    for key in r.scan_iter(match=f"{k.prefix}:job:*"):
+        name = text(key)
+        if name.endswith(":events"):
+            continue
+        rec = client.get(name.split(":", 2)[2])
+        records[rec.job_id] = rec.state.value
+    held = {}
+    for key in r.scan_iter(match=f"{k.prefix}:held:*"):
+        name = text(key)
+        if name == k.held_nodes:
+            continue
+        held[name.split(":", 2)[2]] = {text(j): json.loads(v)["gpus"] for j, v in r.hgetall(key).items()}
+    return {
+        "index": {s: ids for s, ids in index.items() if ids},
+        "records": records,
+        "held": held,
+        "held_nodes": sorted(text(n) for n in r.smembers(k.held_nodes)),
+    }

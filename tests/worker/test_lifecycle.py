@@ -1,0 +1,336 @@
+"""Serve jobs against a real Redis: placed, failed, waiting and woken, released, silent and restarted
+nodes, cancel, watch. RQ jobs run in this process with a burst SimpleWorker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from planner.decide import decide
+from producer import Client
+from tests.worker.helpers import drain, hb, queued_functions, request, whole_state
+from worker import constants as C
+from worker import maintenance, planning
+from worker.errors import JobExists, JobNotFound, WrongState
+from worker.records import JobState
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[Client]:
+    c = Client.from_url(redis_url)
+    yield c
+    c.redis.close()
+
+
+def test_placed_on_a_free_card(client: Client) -> None:
+    client.heartbeat(hb("gpu-1", "h100-80g", gpus=2))
+    job = client.submit(request())
+    assert client.get(job).state is JobState.QUEUED
+    drain(client)
+    rec = client.get(job)
+    assert rec.state is JobState.PLACED and rec.option is not None
+    assert (rec.option.label, [(p.node_id, p.gpus) for p in rec.placement]) == ("1 × h100-80g", [("gpu-1", 1)])
+    assert rec.alternatives[0] == rec.option and rec.attempts == 1 and rec.worker is None
+    assert whole_state(client) == {
+        "index": {"placed": [job]},
+        "records": {job: "placed"},
+        "held": {"gpu-1": {job: 1}},
+        "held_nodes": ["gpu-1"],
+    }
+    # the agent does not show the job yet: its card is not free for another plan
+    [node] = client.pool().nodes
+    assert (node.free_gpus, node.gpus) == (1, 2)
+
+
+def test_failed_says_what_was_too_large_for_what(client: Client) -> None:
+    client.heartbeat(hb("small", "rtx4090-24g", gpus=1, host=32))
+    job = client.submit(request("llama-3.1-70b-instruct"))
+    drain(client)
+    rec = client.get(job)
+    assert rec.state is JobState.FAILED and rec.option is None and rec.placement == ()
+    assert rec.reason.startswith("nothing in the pool can hold it: original (131.4 GiB")
+    assert "a card on 1 × rtx4090-24g of 21.6" in rec.reason
+    assert whole_state(client) == {"index": {"failed": [job]}, "records": {job: "failed"}, "held": {}, "held_nodes": []}
+
+
+def test_failed_on_an_empty_pool(client: Client) -> None:
+    job = client.submit(request())
+    drain(client)
+    assert (client.get(job).state, client.get(job).reason) == (JobState.FAILED, "no node in the pool")
+
+
+def test_waiting_is_placed_by_the_heartbeat_that_frees_its_card_and_nothing_else(client: Client) -> None:
+    client.heartbeat(hb("gpu-1", "h100-80g", gpus=1, free=0, seq=1))
+    client.heartbeat(hb("cpu-1", "", host=512, seq=1))
+    job = client.submit(request("llama-3-8b-gguf"))
+    drain(client)
+    rec = client.get(job)
+    # busy is not unfit: it waits for the card rather than running on the free CPU node
+    assert rec.state is JobState.WAITING and rec.option is not None and not rec.option.cpu
+    assert rec.reason == (
+        "waiting for 1 × h100-80g for Meta-Llama-3-8B-Instruct-BF16.gguf: 1 node(s) have the "
+        "cards, 0 of the 1 needed have 1 free now"
+    )
+    # heartbeats that free nothing (the CPU node, the same busy card) queue no pass and place nothing
+    client.heartbeat(hb("cpu-1", "", host=512, seq=2))
+    client.heartbeat(hb("gpu-1", "h100-80g", gpus=1, free=0, seq=2))
+    assert queued_functions(client) == []
+    drain(client)
+    assert client.get(job).state is JobState.WAITING
+    # the card frees: one pass is queued and places the job
+    client.heartbeat(hb("gpu-1", "h100-80g", gpus=1, free=1, seq=3))
+    assert queued_functions(client) == ["worker.jobs.wake_pass"]
+    drain(client)
+    rec = client.get(job)
+    assert rec.state is JobState.PLACED and [p.node_id for p in rec.placement] == ["gpu-1"]
+    assert whole_state(client) == {
+        "index": {"placed": [job]},
+        "records": {job: "placed"},
+        "held": {"gpu-1": {job: 1}},
+        "held_nodes": ["gpu-1"],
+    }
+
+
+def test_release_places_a_waiting_job(client: Client) -> None:
+    client.heartbeat(hb("gpu-1", "h100-80g", gpus=1))
+    first = client.submit(request())
+    drain(client)
+    second = client.submit(request("qwen2.5-7b-instruct"))
+    drain(client)
+    assert (client.get(first).state, client.get(second).state) == (JobState.PLACED, JobState.WAITING)
+    released = client.release(first)
+    assert released.state is JobState.RELEASED
+    drain(client)
+    assert client.get(second).state is JobState.PLACED
+    assert whole_state(client) == {
+        "index": {"placed": [second], "released": [first]},
+        "records": {first: "released", second: "placed"},
+        "held": {"gpu-1": {second: 1}},
+        "held_nodes": ["gpu-1"],
+    }
+    with pytest.raises(WrongState, match="is released: release applies only to placed jobs"):
+        client.release(first)
+
+
+def test_waiting_jobs_are_placed_by_priority_then_arrival(client: Client) -> None:
+    client.heartbeat(hb("gpu-1", "h100-80g", gpus=2, free=0, seq=1))
+    low = client.submit(request(priority=1))
+    high = client.submit(request(priority=9))
+    later_high = client.submit(request(priority=9, context=4096))
+    drain(client)
+    assert {client.get(j).state for j in (low, high, later_high)} == {JobState.WAITING}
+    client.heartbeat(hb("gpu-1", "h100-80g", gpus=2, free=2, seq=2))
+    drain(client)
+    assert [client.get(j).state for j in (high, later_high, low)] == [
+        JobState.PLACED,
+        JobState.PLACED,
+        JobState.WAITING,
+    ]
+
+
+def test_a_silent_node_sends_its_jobs_back_through_planning(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(C, "NODE_TTL_MS", 300)
+    client.heartbeat(hb("gpu-1", "h100-80g", gpus=1))
+    job = client.submit(request())
+    drain(client)
+    assert client.get(job).state is JobState.PLACED
+    monkeypatch.setattr(C, "NODE_TTL_MS", 60_000)
+    client.heartbeat(hb("gpu-2", "h100-80g", gpus=1))
+    time.sleep(0.4)
+    assert [n.id for n in client.pool().nodes] == ["gpu-2"]
+    done = maintenance.sweep(client.store, force=True)
+    assert done["node_silent"] == 1
+    requeued = client.get(job)
+    assert (requeued.state, requeued.reason) == (JobState.QUEUED, "node gpu-1 went silent")
+    drain(client)
+    rec = client.get(job)
+    assert rec.state is JobState.PLACED and [p.node_id for p in rec.placement] == ["gpu-2"]
+    assert client.store.node_ids() == ["gpu-2"]
+    assert whole_state(client) == {
+        "index": {"placed": [job]},
+        "records": {job: "placed"},
+        "held": {"gpu-2": {job: 1}},
+        "held_nodes": ["gpu-2"],
+    }
+
+
+def test_a_restarted_node_sends_its_old_jobs_back_through_planning(client: Client) -> None:
+    client.heartbeat(hb("gpu-1", "h100-80g", gpus=1, seq=7, boot="boot-1"))
+    job = client.submit(request())
+    drain(client)
+    assert client.get(job).state is JobState.PLACED
+    # same node id, new boot: its seq starts again, and the old placement is gone with the old boot
+    assert client.heartbeat(hb("gpu-1", "h100-80g", gpus=1, seq=1, boot="boot-2"))
+    drain(client)
+    rec = client.get(job)
+    assert rec.state is JobState.PLACED and rec.attempts == 2
+    events = [e[1] for e in client.redis.xrange(client.keys.job_events(job))]
+    reasons = [e[b"reason"].decode() for e in events]
+    assert "node gpu-1 restarted" in reasons
+    assert whole_state(client)["held"] == {"gpu-1": {job: 1}}
+    assert [h.boot_id for h in client.store.held_on("gpu-1").values()] == ["boot-2"]
+
+
+def test_an_older_heartbeat_changes_nothing(client: Client) -> None:
+    assert client.heartbeat(hb("gpu-1", gpus=2, free=1, seq=5))
+    before = client.redis.get(client.keys.node("gpu-1"))
+    assert not client.heartbeat(hb("gpu-1", gpus=2, free=2, seq=4))
+    assert not client.heartbeat(hb("gpu-1", gpus=2, free=2, seq=5))
+    assert client.redis.get(client.keys.node("gpu-1")) == before
+    assert queued_functions(client) == ["worker.jobs.wake_pass"]  # from the node joining, not the stale ones
+
+
+def test_a_burst_of_freeing_heartbeats_makes_one_pass(client: Client) -> None:
+    for i in range(30):
+        client.heartbeat(hb(f"gpu-{i}", gpus=1, free=0, seq=1))
+    drain(client)
+    for i in range(30):
+        client.heartbeat(hb(f"gpu-{i}", gpus=1, free=1, seq=2))
+    assert queued_functions(client) == ["worker.jobs.wake_pass"]
+
+
+def test_cards_freed_while_a_job_is_planned_into_waiting_still_wake_it(client: Client) -> None:
+    client.heartbeat(hb("gpu-1", gpus=1, free=0, seq=1))
+    drain(client)
+    job = client.submit(request())
+    client.store.queue.empty()
+    rec = planning.claim(client.store, job, "w1")
+    assert rec is not None
+    snap = client.store.snapshot()  # the card is busy in this snapshot
+    client.heartbeat(hb("gpu-1", gpus=1, free=1, seq=2))
+    drain(client)  # the wake-up pass runs before the job is waiting: it finds nothing
+    d = decide(rec.request.artifacts, rec.request.shape, snap.nodes, rec.request.context)
+    assert d.outcome == "waiting"
+    code, new = planning.commit(client.store, rec, d, snap)
+    assert code == "ok" and new is not None and new.state is JobState.WAITING
+    assert queued_functions(client) == ["worker.jobs.wake_pass"]
+    drain(client)
+    assert client.get(job).state is JobState.PLACED
+
+
+def test_a_card_taken_outside_modelplan_stays_taken(client: Client) -> None:
+    client.heartbeat(hb("gpu-1", gpus=2, free=1, seq=1))  # one card used by something else
+    first = client.submit(request())
+    second = client.submit(request())
+    drain(client)
+    assert (client.get(first).state, client.get(second).state) == (JobState.PLACED, JobState.WAITING)
+    # the agent now shows the first job on its card and lists it as started: still nothing free
+    client.heartbeat(hb("gpu-1", gpus=2, free=0, seq=2, started=(first,)))
+    drain(client)
+    assert client.get(second).state is JobState.WAITING
+    assert [n.free_gpus for n in client.pool().nodes] == [0]
+    # the outside process ends: its card is free for the second job
+    client.heartbeat(hb("gpu-1", gpus=2, free=1, seq=3, started=(first,)))
+    drain(client)
+    assert client.get(second).state is JobState.PLACED
+    assert whole_state(client)["held"] == {"gpu-1": {first: 1, second: 1}}
+
+
+def test_cpu_placement_holds_host_memory(client: Client) -> None:
+    client.heartbeat(hb("cpu-1", "", host=64, seq=1))
+    first = client.submit(request("llama-3-8b-gguf", artifact="Meta-Llama-3-8B-Instruct-Q4_K_M.gguf"))
+    second = client.submit(request("llama-3-8b-gguf", artifact="Meta-Llama-3-8B-Instruct-BF16.gguf"))
+    drain(client)
+    a, b = client.get(first), client.get(second)
+    assert a.state is JobState.PLACED and a.option is not None and a.option.cpu
+    assert a.placement[0].host_gb == pytest.approx(a.option.need_gb)
+    # 64 GiB: 6.1 GiB held by the first leaves 57 free; the BF16 needs 18.4 and fits too
+    assert b.state is JobState.PLACED
+    [node] = client.pool().nodes
+    assert node.host_free_gb == int(64 - a.placement[0].host_gb - b.placement[0].host_gb)
+
+
+def test_cancel_and_its_limits(client: Client) -> None:
+    client.heartbeat(hb("gpu-1", gpus=1, free=0))
+    job = client.submit(request())
+    drain(client)
+    assert client.cancel(job).state is JobState.CANCELLED
+    assert client.redis.hget(client.keys.waiting_for, job) is None
+    assert client.redis.ttl(client.keys.job(job)) > 0
+    with pytest.raises(WrongState, match="is cancelled: cancel applies only to queued, planning or waiting jobs"):
+        client.cancel(job)
+    with pytest.raises(JobNotFound, match="job 'nope': no such job"):
+        client.get("nope")
+    queued = client.submit(request())
+    assert client.cancel(queued).state is JobState.CANCELLED
+    drain(client)  # its planning job finds nothing to do
+    assert client.get(queued).state is JobState.CANCELLED
+
+
+def test_submit_is_idempotent_per_job_id(client: Client) -> None:
+    client.heartbeat(hb("gpu-1", gpus=4))
+    assert client.submit(request(), job_id="svc-a-1") == "svc-a-1"
+    assert client.submit(request(), job_id="svc-a-1") == "svc-a-1"
+    assert queued_functions(client).count("worker.jobs.plan_job") == 1
+    with pytest.raises(JobExists, match="job 'svc-a-1': already submitted with a different request"):
+        client.submit(request(context=4096), job_id="svc-a-1")
+    drain(client)
+    # running its planning job again (RQ delivering it twice) changes nothing
+    client.store.enqueue_plan("svc-a-1")
+    drain(client)
+    rec = client.get("svc-a-1")
+    assert (rec.state, rec.version, rec.attempts) == (JobState.PLACED, 2, 1)
+    assert whole_state(client)["held"] == {"gpu-1": {"svc-a-1": 1}}
+
+
+def test_watch_yields_each_change_until_settled(client: Client) -> None:
+    client.heartbeat(hb("gpu-1", gpus=1, free=0, seq=1))
+    job = client.submit(request())
+    seen = client.watch(job, timeout=5)
+    assert next(seen).state is JobState.QUEUED
+    drain(client)
+    assert next(seen).state in (JobState.PLANNING, JobState.WAITING)
+    client.heartbeat(hb("gpu-1", gpus=1, free=1, seq=2))
+    drain(client)
+    states = [r.state for r in seen]
+    assert states[-1] is JobState.PLACED
+    started = time.monotonic()
+    assert [r.state for r in client.watch(job, timeout=5)] == [JobState.PLACED]
+    assert time.monotonic() - started < 1
+
+
+def test_watch_gives_up_at_its_timeout(client: Client) -> None:
+    client.heartbeat(hb("gpu-1", gpus=1, free=0))
+    job = client.submit(request())
+    drain(client)
+    started = time.monotonic()
+    assert [r.state for r in client.watch(job, timeout=0.3)] == [JobState.WAITING]
+    assert 0.3 <= time.monotonic() - started < 2
+
+
+def test_a_lapsed_lease_sends_the_job_back(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(C, "LEASE_MS", 50)
+    client.heartbeat(hb("gpu-1", gpus=1))
+    job = client.submit(request())
+    client.store.queue.empty()
+    assert planning.claim(client.store, job, "lost-worker") is not None
+    time.sleep(0.1)
+    assert maintenance.sweep(client.store, force=True)["lease_expired"] == 1
+    rec = client.get(job)
+    assert (rec.state, rec.reason) == (JobState.QUEUED, "worker lost-worker stopped mid-plan (its lease expired)")
+    drain(client)
+    assert client.get(job).state is JobState.PLACED
+
+
+def test_two_plans_from_one_snapshot_cannot_both_take_the_card(client: Client) -> None:
+    client.heartbeat(hb("gpu-1", gpus=2, free=1, seq=1))  # the other card is in use outside modelplan
+    drain(client)
+    jobs = [client.submit(request()) for _ in range(2)]
+    client.store.queue.empty()
+    claimed = [planning.claim(client.store, j, f"w{i}") for i, j in enumerate(jobs)]
+    snap = client.store.snapshot()
+    results = []
+    for rec in claimed:
+        assert rec is not None
+        d = decide(rec.request.artifacts, rec.request.shape, snap.nodes, rec.request.context)
+        assert d.outcome == "placed"
+        results.append(planning.commit(client.store, rec, d, snap)[0])
+    assert results == ["ok", "full"]
+    # the loser plans again from a fresh snapshot and waits
+    loser = client.get(jobs[1])
+    assert loser.state is JobState.PLANNING
+    assert planning.settle(client.store, loser) is not None
+    assert [client.get(j).state for j in jobs] == [JobState.PLACED, JobState.WAITING]
+    assert whole_state(client)["held"] == {"gpu-1": {jobs[0]: 1}}

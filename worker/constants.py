@@ -1,0 +1,65 @@
+"""Every TTL, interval and bound the worker keeps state with, each with its reason."""
+
+from __future__ import annotations
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_PREFIX = "modelplan"
+"""Every key modelplan writes starts with this and a colon; RQ's own keys sit under ``rq:`` with the queue
+named after the prefix."""
+
+HEARTBEAT_INTERVAL_S = 5.0
+"""How often a node agent publishes by default."""
+
+NODE_TTL_MS = 15_000
+"""A node is in the pool while its last heartbeat is younger than this: three missed intervals."""
+
+LEASE_MS = 10_000
+"""How long a worker may hold a job in ``planning``. A plan takes milliseconds; past this the worker is
+taken for dead and the job is planned again by another, well within 30 s."""
+
+MAINTENANCE_INTERVAL_S = 2.0
+"""How often a worker looks for expired leases, silent nodes and stalled jobs. Only one worker at a time
+does it (a lock), so more workers do not mean more sweeps."""
+
+MAINTENANCE_LOCK_MS = 1_500
+"""The maintenance lock's life: shorter than the interval, so a dead worker's lock never stops the next."""
+
+WAITING_SWEEP_INTERVAL_S = 30.0
+"""The safety net: every waiting job is re-planned this often even if no wake-up came."""
+
+QUEUED_STALL_MS = 60_000
+"""A job ``queued`` this long without being picked up is enqueued again, in case the process that
+queued it died between recording it and enqueueing it. A second copy in the queue is harmless: the first
+to claim the job plans it and the other finds nothing to do."""
+
+WAKE_FLAG_TTL_MS = 5_000
+"""A wake-up pass is queued at most once while this flag lives: a burst of heartbeats makes one pass. If
+the process that set the flag dies before enqueueing the pass, the flag lapses and the next freeing (or
+the sweep) queues one."""
+
+PLAN_ATTEMPTS = 5
+"""How many times a worker plans again when its commit finds the cards taken since its snapshot."""
+
+ALTERNATIVES_KEPT = 10
+"""How many ranked alternatives a job record keeps beside its chosen option."""
+
+EVENTS_MAXLEN = 100_000
+"""Approximate length the shared event stream is trimmed to."""
+
+JOB_EVENTS_MAXLEN = 1_000
+"""Approximate length each job's own event stream is trimmed to."""
+
+FINISHED_TTL_S = 7 * 24 * 3600
+"""How long a failed, cancelled or released job's record and stream are kept."""
+
+RQ_JOB_TIMEOUT_S = 60
+"""RQ's limit on one planning job; a plan takes milliseconds, so this only catches a hung worker."""
+
+RQ_FAILURE_TTL_S = 24 * 3600
+"""How long RQ keeps a failed planning job for inspection."""
+
+PRIORITY_MAX = 1000
+"""Priorities run from 0 to this; higher is served first."""
+
+WATCH_BLOCK_MS = 1_000
+"""How long one blocking read of a job's stream waits before ``watch`` checks its own timeout."""

@@ -1,0 +1,43 @@
+"""The RQ job functions. Each is thin: find the connection, bind the ids to the log, call planning.
+
+Arguments are plain JSON (the queue runs with RQ's JSON serializer): the key prefix and ids.
+"""
+
+from __future__ import annotations
+
+import structlog
+from rq import get_current_job
+
+from worker import planning
+from worker.keys import Keys
+from worker.store import Store
+
+
+def _store(prefix: str) -> tuple[Store, str]:
+    job = get_current_job()
+    if job is None:
+        raise RuntimeError("worker.jobs functions run inside an RQ job")
+    worker = job.worker_name or "worker"
+    return Store(job.connection, Keys(prefix)), worker
+
+
+def plan_job(prefix: str, job_id: str) -> str | None:
+    """Plan one queued serve job."""
+    store, worker = _store(prefix)
+    with structlog.contextvars.bound_contextvars(job_id=job_id, worker=worker):
+        rec = planning.plan_queued(store, job_id, worker)
+    return rec.state.value if rec else None
+
+
+def wake_pass(prefix: str, full: bool = False) -> int:
+    """Re-plan waiting jobs after capacity freed (or all of them, ``full``)."""
+    store, worker = _store(prefix)
+    with structlog.contextvars.bound_contextvars(worker=worker):
+        return planning.wake_pass(store, full)
+
+
+def node_restarted(prefix: str, node_id: str, boot_id: str) -> int:
+    """A node came back with a new boot: what was placed on it before is gone; plan those jobs again."""
+    store, worker = _store(prefix)
+    with structlog.contextvars.bound_contextvars(node_id=node_id, worker=worker):
+        return planning.node_restarted(store, node_id, boot_id)

@@ -1,0 +1,120 @@
+"""Every Redis key modelplan uses, and nothing else spells one.
+
+======================================  ======  ====================  ==================================
+key (after the prefix)                  type    TTL                   written by
+======================================  ======  ====================  ==================================
+``node:{node_id}``                      string  NODE_TTL_MS           heartbeat.lua: the last heartbeat
+                                                                      (JSON NodeRecord)
+``nodes``                               zset    none                  heartbeat.lua (node id, last seen
+                                                                      ms); maintenance drops the silent
+``held:{node_id}``                      hash    none                  transition.lua: job id -> JSON
+                                                                      ``{"gpus", "host_gb"}`` reserved
+``held:nodes``                          set     none                  transition.lua: nodes with a
+                                                                      reservation
+``job:{job_id}``                        string  FINISHED_TTL_S once   submit, transition.lua: the job
+                                                final                 record (JSON JobRecord)
+``job:{job_id}:events``                 stream  FINISHED_TTL_S once   transition.lua, submit: the job's
+                                                final                 changes
+``events``                              stream  MAXLEN EVENTS_MAXLEN  transition.lua, submit: every
+                                                                      job's changes
+``jobs:{state}``                        zset    none                  transition.lua, submit: jobs by
+                                                                      state (score: see JobState)
+``waiting:for``                         hash    none                  transition.lua: waiting job id ->
+                                                                      the class it waits for
+``seq``                                 string  none                  submit: arrival counter
+``epoch``                               string  none                  heartbeat.lua, transition.lua:
+                                                                      bumped whenever capacity frees
+``wake``                                string  WAKE_FLAG_TTL_MS      heartbeat.lua, transition.lua: a
+                                                                      wake-up pass is queued
+``wake:classes``                        set     none                  heartbeat.lua, transition.lua:
+                                                                      classes freed since the last pass
+``lock:{name}``                         string  its holder's          maintenance: one sweeper at a time
+``rq:queue:{prefix}`` (RQ's own)        list    RQ's                  RQ: the planning queue
+======================================  ======  ====================  ==================================
+"""
+
+from __future__ import annotations
+
+import re
+
+from worker.constants import DEFAULT_PREFIX
+from worker.errors import BadId
+
+PREFIX_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""Job and node ids: letters, digits, ``.``, ``_``, ``-``. No ``:``, ``*``, space or newline, so an id can
+never reach outside its own key."""
+
+CPU_CLASS = "cpu"
+"""The class key of CPU capacity (host memory) in ``waiting:for`` and ``wake:classes``."""
+
+
+def check_id(value: str, what: str) -> str:
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+        raise BadId(what, value)
+    return value
+
+
+class Keys:
+    """The keys under one prefix."""
+
+    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
+        if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
+            raise BadId("prefix", prefix)
+        self.prefix = prefix
+        self._p = prefix + ":"
+
+    @property
+    def queue_name(self) -> str:
+        """The RQ queue planning jobs go on."""
+        return self.prefix
+
+    def node(self, node_id: str) -> str:
+        return f"{self._p}node:{check_id(node_id, 'node_id')}"
+
+    @property
+    def nodes(self) -> str:
+        return f"{self._p}nodes"
+
+    def held(self, node_id: str) -> str:
+        return f"{self._p}held:{check_id(node_id, 'node_id')}"
+
+    @property
+    def held_nodes(self) -> str:
+        return f"{self._p}held:nodes"
+
+    def job(self, job_id: str) -> str:
+        return f"{self._p}job:{check_id(job_id, 'job_id')}"
+
+    def job_events(self, job_id: str) -> str:
+        return f"{self._p}job:{check_id(job_id, 'job_id')}:events"
+
+    @property
+    def events(self) -> str:
+        return f"{self._p}events"
+
+    def jobs(self, state: str) -> str:
+        return f"{self._p}jobs:{state}"
+
+    @property
+    def waiting_for(self) -> str:
+        return f"{self._p}waiting:for"
+
+    @property
+    def seq(self) -> str:
+        return f"{self._p}seq"
+
+    @property
+    def epoch(self) -> str:
+        return f"{self._p}epoch"
+
+    @property
+    def wake(self) -> str:
+        return f"{self._p}wake"
+
+    @property
+    def wake_classes(self) -> str:
+        return f"{self._p}wake:classes"
+
+    def lock(self, name: str) -> str:
+        return f"{self._p}lock:{check_id(name, 'lock')}"

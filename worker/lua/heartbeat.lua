@@ -1,0 +1,51 @@
+-- heartbeat.lua: stores a node's heartbeat unless an older one of the same boot, and wakes waiting
+-- jobs when it frees capacity.
+--
+-- KEYS[1] node:{id}   KEYS[2] nodes   KEYS[3] epoch   KEYS[4] wake   KEYS[5] wake:classes
+--
+-- ARGV[1] node id      ARGV[4] boot id             ARGV[7] the node's card class ("" for none)
+-- ARGV[2] record JSON  ARGV[5] node TTL, ms         ARGV[8] free cards    ARGV[9] free host GiB
+-- ARGV[3] seq          ARGV[6] wake flag TTL, ms    ARGV[10] now, ms (the node's score in nodes)
+--
+-- Returns {code, wake, restarted}: code "ok" or "stale" (an older heartbeat: nothing changed); wake 1
+-- when the caller queues a wake-up pass; restarted 1 when the node came back with a new boot.
+
+local old_raw = redis.call('GET', KEYS[1])
+local freed = {}
+local restarted = 0
+if old_raw then
+  local old = cjson.decode(old_raw)
+  if old.boot_id == ARGV[4] then
+    if tonumber(old.seq) >= tonumber(ARGV[3]) then
+      return {'stale', 0, 0}
+    end
+    if tonumber(ARGV[8]) > tonumber(old.free_gpus) and ARGV[7] ~= '' then
+      freed[#freed + 1] = ARGV[7]
+    end
+    if tonumber(ARGV[9]) > tonumber(old.host_free_gb) then
+      freed[#freed + 1] = 'cpu'
+    end
+    if old.gpu_class ~= ARGV[7] and ARGV[7] ~= '' then
+      freed[#freed + 1] = ARGV[7]
+    end
+  else
+    restarted = 1
+  end
+end
+if not old_raw or restarted == 1 then
+  -- a node joining (or back from a restart) may change any waiting job's best option: wake them all
+  freed[#freed + 1] = '*'
+end
+
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[5])
+redis.call('ZADD', KEYS[2], ARGV[10], ARGV[1])
+
+local wake = 0
+if #freed > 0 then
+  redis.call('INCR', KEYS[3])
+  redis.call('SADD', KEYS[5], unpack(freed))
+  if redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[6]) then
+    wake = 1
+  end
+end
+return {'ok', wake, restarted}

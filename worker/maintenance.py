@@ -1,0 +1,59 @@
+"""The periodic sweep: what no event announces. A worker whose lease ran out, a node that went silent, a
+job queued but never picked up, and the safety-net re-plan of every waiting job. One worker at a time
+sweeps (a short lock), however many run."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import structlog
+
+from worker import constants as C
+from worker import planning
+from worker.records import JobRecord, JobState, utcnow
+from worker.scripts import text
+from worker.store import Store, now_ms
+
+log = structlog.get_logger("modelplan.maintenance")
+
+
+def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
+    """One sweep, if no other worker is sweeping; ``force`` skips the lock (tests, ``--burst``)."""
+    k, r = store.keys, store.redis
+    if not force and not r.set(k.lock("maintenance"), "1", nx=True, px=C.MAINTENANCE_LOCK_MS):
+        return {}
+    now = now_ms()
+    done = {"lease_expired": 0, "node_silent": 0, "requeued_stalled": 0, "waiting_sweep": 0}
+
+    for job_id in [text(j) for j in r.zrangebyscore(k.jobs(JobState.PLANNING), "-inf", now)]:
+        lapsed = utcnow()
+
+        def expired(rec: JobRecord, at: datetime = lapsed) -> bool:
+            return rec.state is JobState.PLANNING and rec.lease_until is not None and rec.lease_until < at
+
+        rec = store.job(job_id)
+        who = rec.worker if rec else None
+        if planning.requeue(store, job_id, f"worker {who} stopped mid-plan (its lease expired)", expired):
+            done["lease_expired"] += 1
+
+    for node_id in store.silent_nodes():
+        done["node_silent"] += 1
+        planning.node_silent(store, node_id)
+
+    for job_id in [text(j) for j in r.zrangebyscore(k.jobs(JobState.QUEUED), "-inf", now - C.QUEUED_STALL_MS)]:
+        # bump its time first, so that the next sweep does not enqueue it again at once
+        if r.zadd(k.jobs(JobState.QUEUED), {job_id: now}, xx=True, ch=True):
+            store.enqueue_plan(job_id)
+            done["requeued_stalled"] += 1
+
+    for state in (JobState.FAILED, JobState.CANCELLED, JobState.RELEASED):
+        r.zremrangebyscore(k.jobs(state), "-inf", now - C.FINISHED_TTL_S * 1000)
+
+    due = force or r.set(k.lock("waiting-sweep"), "1", nx=True, px=int(C.WAITING_SWEEP_INTERVAL_S * 1000))
+    if due and r.zcard(k.jobs(JobState.WAITING)):
+        store.enqueue_pass(full=True)
+        done["waiting_sweep"] = 1
+
+    if any(done.values()):
+        log.info("maintenance_sweep", **done)
+    return done

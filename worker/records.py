@@ -1,0 +1,207 @@
+"""The records modelplan keeps in Redis, as pydantic models with explicit JSON conversion.
+
+A node's heartbeat and a job's record are JSON strings that any service can read with ``GET``; every
+record carries ``schema_version`` so that a reader can tell what it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from planner import Artifact, InvalidInput, Option, Shape, check_context
+from planner.pool import ID_PATTERN, NodeReport, invalid_from
+from worker.constants import PRIORITY_MAX
+
+SCHEMA_VERSION = 1
+MAX_STARTED = 4096
+"""How many job ids one heartbeat may list as started: far past the cards of any node."""
+MAX_ARTIFACTS = 1000
+"""How many artifacts one request may carry; the largest repositories hold a few dozen."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class JobState(StrEnum):
+    """Where a job stands. The score of its entry in ``jobs:{state}`` is given beside each."""
+
+    QUEUED = "queued"
+    """Recorded and on the queue (score: when queued, ms)."""
+    PLANNING = "planning"
+    """A worker holds it under a lease (score: when the lease ends, ms)."""
+    PLACED = "placed"
+    """Its cards, or host memory, are reserved on named nodes (score: when placed, ms)."""
+    WAITING = "waiting"
+    """Its best option exists but is busy; it waits for that hardware (score: priority, then arrival)."""
+    FAILED = "failed"
+    """Nothing in the pool could ever hold it; the record says what was too large for what (final)."""
+    CANCELLED = "cancelled"
+    """Cancelled while queued, planning or waiting (final)."""
+    RELEASED = "released"
+    """Was placed; its reservation was released (final)."""
+
+    @property
+    def final(self) -> bool:
+        return self in (JobState.FAILED, JobState.CANCELLED, JobState.RELEASED)
+
+    @property
+    def settled(self) -> bool:
+        """A state ``watch`` stops at: planning has an outcome that only an outside change alters."""
+        return self.final or self is JobState.PLACED
+
+
+class Heartbeat(NodeReport):
+    """A node agent's report: the pool record plus its order and its boot.
+
+    ``seq`` rises with every heartbeat of one boot; an older one changes nothing. ``boot_id`` changes when
+    the node restarts. ``started`` lists the placed jobs whose cards (or memory) the report already counts
+    as in use, so that they are not subtracted from what is free a second time.
+    """
+
+    seq: int = Field(ge=0, le=2**53)
+    boot_id: str = Field(pattern=ID_PATTERN)
+    started: tuple[str, ...] = Field(default=(), max_length=MAX_STARTED)
+
+    @field_validator("started")
+    @classmethod
+    def _started_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for job_id in value:
+            if not re.fullmatch(ID_PATTERN, job_id):
+                raise ValueError(f"started holds {job_id!r}, which is not a job id")
+        return value
+
+
+class NodeRecord(Heartbeat):
+    """A heartbeat as stored: with when it arrived."""
+
+    schema_version: Literal[1] = 1
+    received_at: datetime
+
+
+def _as_json(data: Any, source: str) -> str:
+    """Data as JSON text, so that it is validated as JSON arrives (lists for tuples, objects for
+    dataclasses), whether it came from a file or from Python."""
+    if isinstance(data, str | bytes):
+        return data.decode() if isinstance(data, bytes) else data
+    try:
+        return json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidInput(source, "(record)", f"not JSON data: {e}") from e
+
+
+def parse_heartbeat(data: Any, source: str = "heartbeat") -> Heartbeat:
+    """A heartbeat from JSON data (text or parsed), or ``InvalidInput`` naming the field."""
+    try:
+        return Heartbeat.model_validate_json(_as_json(data, source))
+    except ValidationError as e:
+        raise invalid_from(e, source) from e
+
+
+class ServeRequest(BaseModel):
+    """What a service asks to run: a repository's artifacts and model shape, resolved on the client side so
+    that workers need no access to the files, with the context, priority and an optional pinned artifact."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    model: str = Field(min_length=1, max_length=200)
+    """A name for people: the repository, such as ``meta-llama/Llama-3.1-8B-Instruct``."""
+    artifacts: tuple[Artifact, ...] = Field(min_length=1, max_length=MAX_ARTIFACTS)
+    shape: Shape
+    context: int
+    artifact: str | None = None
+    """Pin one artifact by name; the others are not considered."""
+    priority: int = Field(default=0, ge=0, le=PRIORITY_MAX)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServeRequest:
+        if any(ord(ch) < 32 for ch in self.model):
+            raise ValueError("model holds control characters")
+        names = [a.name for a in self.artifacts]
+        if len(set(names)) != len(names):
+            raise ValueError("artifacts: two artifacts share a name")
+        for a in self.artifacts:
+            if not 0 < a.bytes <= 1 << 50 or not 0 <= a.shards <= 10_000 or not a.name or len(a.name) > 1024:
+                raise ValueError(f"artifacts: {a.name!r} has impossible bytes or shards")
+        s = self.shape
+        if not (0 <= s.kv_bytes_per_token <= 1 << 32 and 0 <= s.kv_heads <= 1 << 24 and 0 <= s.params <= 1 << 50):
+            raise ValueError("shape: a field is out of range")
+        if self.artifact is not None and self.artifact not in names:
+            raise ValueError(f"artifact {self.artifact!r} is not one of the repository's: {', '.join(names)}")
+        check_context(s, self.context)
+        return self
+
+    def planned_artifacts(self) -> tuple[Artifact, ...]:
+        if self.artifact is None:
+            return self.artifacts
+        return tuple(a for a in self.artifacts if a.name == self.artifact)
+
+
+def parse_request(data: Any, source: str = "request") -> ServeRequest:
+    """A serve request from JSON data (text or parsed), or ``InvalidInput`` naming the field."""
+    try:
+        return ServeRequest.model_validate_json(_as_json(data, source))
+    except ValidationError as e:
+        raise invalid_from(e, source) from e
+    except InvalidInput as e:
+        raise InvalidInput(source, e.field, e.problem) from e
+
+
+class Reservation(BaseModel):
+    """What a placed job holds on one node."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node_id: str
+    gpus: int = Field(ge=0)
+    host_gb: float = Field(ge=0)
+    """GiB of RAM, for a replica on the CPU."""
+
+
+class JobRecord(BaseModel):
+    """A serve job as stored at ``job:{job_id}``: ``state`` says where it stands; once placed, ``option``
+    says how it runs and ``placement`` the nodes with their cards; while waiting, ``option`` is the
+    hardware it waits for. ``reason`` says why, in words."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    job_id: str
+    state: JobState
+    version: int = Field(ge=0)
+    """Rises with every change; a change is committed only against the version it was made from."""
+    request: ServeRequest
+    seq: int
+    """Arrival order."""
+    created_at: datetime
+    updated_at: datetime
+    attempts: int = 0
+    """How many times it has been planned."""
+    worker: str | None = None
+    """The worker holding it while planning."""
+    lease_until: datetime | None = None
+    option: Option | None = None
+    placement: tuple[Reservation, ...] = ()
+    alternatives: tuple[Option, ...] = ()
+    reason: str = ""
+    ever_fit: bool = False
+    """Whether any plan ever found an option: a job that once could run waits, rather than fails, when its
+    hardware leaves the pool."""
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> JobRecord:
+        return cls.model_validate_json(raw)
+
+    def advance(self, state: JobState, **changes: Any) -> JobRecord:
+        """The next version of this record, in ``state``."""
+        changes.update(state=state, version=self.version + 1, updated_at=utcnow())
+        return self.model_copy(update=changes)

@@ -1,0 +1,33 @@
+"""The Lua scripts in ``worker/lua/``, registered once per Redis client."""
+
+from __future__ import annotations
+
+import weakref
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+NAMES = ("transition", "heartbeat", "take_wake")
+
+_registered: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
+
+
+@cache
+def source(name: str) -> str:
+    return resources.files("worker").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
+def script(client: redis.Redis, name: str) -> Script:
+    """``name``'s script on ``client``: EVALSHA, loading it again if the server lost it (a restart)."""
+    scripts = _registered.get(client)
+    if scripts is None:
+        scripts = _registered[client] = {n: client.register_script(source(n)) for n in NAMES}
+    return scripts[name]
+
+
+def text(value: Any) -> str:
+    """A script's reply as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)

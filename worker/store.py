@@ -1,0 +1,310 @@
+"""modelplan's state in Redis: the pool snapshot, job records and their transitions, heartbeats.
+
+Every change to a job goes through ``transition.lua`` against the version it was made from, so two
+workers can never both move one job, and a placement is written only if every node still has the room.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from rq import Queue
+from rq.serializers import JSONSerializer
+
+from planner import PoolNode
+from planner.decide import Hold
+from worker import constants as C
+from worker.keys import CPU_CLASS, Keys
+from worker.records import JobRecord, JobState, NodeRecord
+from worker.scripts import script, text
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One job's reservation on one node, as stored in ``held:{node}``."""
+
+    gpus: int
+    host_gb: float
+    boot_id: str
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """The pool as a plan sees it: each live node with what is free on it for a new job.
+
+    Free is what the agent reports less what placed jobs hold there that the agent does not show yet
+    (jobs not in its ``started``): a card is never counted free twice, and a card taken by something
+    outside modelplan stays taken.
+    """
+
+    epoch: str
+    records: dict[str, NodeRecord]
+    held: dict[str, dict[str, Held]]
+    nodes: list[PoolNode] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.nodes = [self._pool_node(r) for r in self.records.values()]
+
+    def _pool_node(self, r: NodeRecord) -> PoolNode:
+        unseen = [h for job, h in self.held.get(r.node_id, {}).items() if job not in r.started]
+        free = max(0, r.free_gpus - sum(h.gpus for h in unseen))
+        host_free = max(0, int(r.host_free_gb - sum(h.host_gb for h in unseen)))
+        return PoolNode(
+            id=r.node_id,
+            gpu_class=r.gpu_class,
+            fabric=r.fabric,
+            gpu_mem_gb=r.card_gb,
+            gpus=r.gpus,
+            free_gpus=free,
+            host_mem_gb=r.host_mem_gb,
+            host_free_gb=host_free,
+        )
+
+    def take(self, job_id: str, holds: Iterable[Hold]) -> None:
+        """Count a placement just made, so that the next plan against this snapshot does not reuse it."""
+        for h in holds:
+            rec = self.records[h.node_id]
+            self.held.setdefault(h.node_id, {})[job_id] = Held(h.gpus, h.host_gb, rec.boot_id)
+        self.nodes = [self._pool_node(r) for r in self.records.values()]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What ``transition.lua`` said."""
+
+    code: str
+    """``ok``, ``stale``, ``gone``, ``full`` or ``silent``."""
+    detail: str
+    wake: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.code == "ok"
+
+
+class Store:
+    """One Redis connection's view of modelplan's state under one prefix."""
+
+    def __init__(self, client: redis.Redis, keys: Keys | None = None) -> None:
+        self.redis = client
+        self.keys = keys or Keys()
+        self.queue = Queue(self.keys.queue_name, connection=client, serializer=JSONSerializer)
+
+    # --- nodes ------------------------------------------------------------------------------------------
+
+    def put_heartbeat(self, record: NodeRecord, at_ms: int | None = None) -> tuple[bool, bool, bool]:
+        """Store a heartbeat: ``(stored, wake, restarted)``. An older heartbeat of the same boot is not
+        stored; ``wake`` says a wake-up pass is to be queued; ``restarted`` that the node has a new boot."""
+        k = self.keys
+        reply = script(self.redis, "heartbeat")(
+            keys=[k.node(record.node_id), k.nodes, k.epoch, k.wake, k.wake_classes],
+            args=[
+                record.node_id,
+                record.model_dump_json(),
+                record.seq,
+                record.boot_id,
+                C.NODE_TTL_MS,
+                C.WAKE_FLAG_TTL_MS,
+                record.gpu_class,
+                record.free_gpus,
+                record.host_free_gb,
+                at_ms if at_ms is not None else now_ms(),
+            ],
+        )
+        return text(reply[0]) == "ok", int(reply[1]) == 1, int(reply[2]) == 1
+
+    def node_ids(self) -> list[str]:
+        return [text(n) for n in self.redis.zrange(self.keys.nodes, 0, -1)]
+
+    def snapshot(self) -> Snapshot:
+        """The live nodes and their reservations, in two round trips."""
+        k = self.keys
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zrange(k.nodes, 0, -1)
+            pipe.get(k.epoch)
+            pipe.smembers(k.held_nodes)
+            ids_raw, epoch, held_nodes = pipe.execute()
+        ids = [text(i) for i in ids_raw]
+        held_ids = sorted(text(n) for n in held_nodes)
+        with self.redis.pipeline(transaction=False) as pipe:
+            if ids:
+                pipe.mget([k.node(i) for i in ids])
+            for n in held_ids:
+                pipe.hgetall(k.held(n))
+            replies = pipe.execute()
+        raws = replies.pop(0) if ids else []
+        records = {i: NodeRecord.model_validate_json(raw) for i, raw in zip(ids, raws, strict=True) if raw}
+        held = {n: _parse_held(h) for n, h in zip(held_ids, replies, strict=True)}
+        return Snapshot(epoch=text(epoch) if epoch is not None else "0", records=records, held=held)
+
+    def silent_nodes(self) -> list[str]:
+        """Nodes in the index whose heartbeat has lapsed."""
+        ids = self.node_ids()
+        if not ids:
+            return []
+        with self.redis.pipeline(transaction=False) as pipe:
+            for i in ids:
+                pipe.exists(self.keys.node(i))
+            alive = pipe.execute()
+        return [i for i, a in zip(ids, alive, strict=True) if not a]
+
+    def forget_node_if_silent(self, node_id: str) -> bool:
+        """Drop a silent node from the index, unless a heartbeat brought it back meanwhile."""
+        node_key = self.keys.node(node_id)
+        with self.redis.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(node_key)  # type: ignore[no-untyped-call]
+                if pipe.exists(node_key):
+                    return False
+                pipe.multi()
+                pipe.zrem(self.keys.nodes, node_id)
+                pipe.execute()
+            except redis.WatchError:
+                return False
+        return True
+
+    def held_on(self, node_id: str) -> dict[str, Held]:
+        return _parse_held(self.redis.hgetall(self.keys.held(node_id)))
+
+    # --- jobs -------------------------------------------------------------------------------------------
+
+    def job(self, job_id: str) -> JobRecord | None:
+        raw = self.redis.get(self.keys.job(job_id))
+        return JobRecord.from_json(raw) if raw is not None else None
+
+    def jobs(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
+        if not job_ids:
+            return []
+        raws = self.redis.mget([self.keys.job(j) for j in job_ids])
+        return [JobRecord.from_json(r) if r is not None else None for r in raws]
+
+    def job_ids(self, state: JobState) -> list[str]:
+        return [text(j) for j in self.redis.zrange(self.keys.jobs(state), 0, -1)]
+
+    def transition(
+        self,
+        old: JobRecord,
+        new: JobRecord,
+        *,
+        reason: str,
+        score: float | None = None,
+        epoch: str | None = None,
+        place: Sequence[Hold] = (),
+        clear: Sequence[tuple[str, str]] = (),
+    ) -> Outcome:
+        """Commit ``new`` over ``old`` if the stored record is still ``old``'s version.
+
+        ``place`` reservations are written only if every node has the room; ``clear`` lists ``(node,
+        class)`` pairs whose reservation by this job is dropped (waking jobs waiting for that class).
+        A waiting record notes the class it waits for; ``epoch`` is the pool epoch its plan saw.
+        """
+        k = self.keys
+        waits_for = ""
+        if new.state is JobState.WAITING:
+            waits_for = _class_of(new)
+        keys = [
+            k.job(new.job_id),
+            k.job_events(new.job_id),
+            k.events,
+            k.jobs(old.state),
+            k.jobs(new.state),
+            k.waiting_for,
+            k.epoch,
+            k.wake,
+            k.wake_classes,
+            k.held_nodes,
+        ]
+        args: list[Any] = [
+            new.job_id,
+            old.version,
+            new.to_json(),
+            new.state.value,
+            score if score is not None else now_ms(),
+            waits_for,
+            epoch if epoch is not None and waits_for else "",
+            C.FINISHED_TTL_S if new.state.final else 0,
+            C.WAKE_FLAG_TTL_MS,
+            C.EVENTS_MAXLEN,
+            C.JOB_EVENTS_MAXLEN,
+            reason,
+            len(place),
+            len(clear),
+        ]
+        for h in place:
+            keys += [k.node(h.node_id), k.held(h.node_id)]
+            args += [h.node_id, h.gpus, repr(float(h.host_gb))]
+        for node_id, cls in clear:
+            keys.append(k.held(node_id))
+            args += [node_id, cls]
+        code, detail, wake = script(self.redis, "transition")(keys=keys, args=args)
+        return Outcome(text(code), text(detail), int(wake) == 1)
+
+    def take_wake(self) -> set[str]:
+        k = self.keys
+        return {text(c) for c in script(self.redis, "take_wake")(keys=[k.wake, k.wake_classes], args=[])}
+
+    def next_seq(self) -> int:
+        return int(self.redis.incr(self.keys.seq))
+
+    # --- the queue ----------------------------------------------------------------------------------------
+
+    def enqueue_plan(self, job_id: str, pipeline: Any = None) -> None:
+        """Queue a planning job for ``job_id`` (in ``pipeline``'s transaction if one is given)."""
+        self.queue.enqueue_call(
+            "worker.jobs.plan_job",
+            args=(self.keys.prefix, job_id),
+            timeout=C.RQ_JOB_TIMEOUT_S,
+            result_ttl=0,
+            failure_ttl=C.RQ_FAILURE_TTL_S,
+            pipeline=pipeline,
+        )
+
+    def enqueue_pass(self, full: bool = False) -> None:
+        """Queue a wake-up pass over the waiting jobs (``full``: all of them, not only the woken classes)."""
+        self.queue.enqueue_call(
+            "worker.jobs.wake_pass",
+            args=(self.keys.prefix, full),
+            timeout=C.RQ_JOB_TIMEOUT_S,
+            result_ttl=0,
+            failure_ttl=C.RQ_FAILURE_TTL_S,
+            at_front=True,
+        )
+
+    def enqueue_restart(self, node_id: str, boot_id: str) -> None:
+        self.queue.enqueue_call(
+            "worker.jobs.node_restarted",
+            args=(self.keys.prefix, node_id, boot_id),
+            timeout=C.RQ_JOB_TIMEOUT_S,
+            result_ttl=0,
+            failure_ttl=C.RQ_FAILURE_TTL_S,
+            at_front=True,
+        )
+
+
+def _class_of(rec: JobRecord) -> str:
+    if rec.option is None:
+        return CPU_CLASS if any(a.format == "gguf" for a in rec.request.artifacts) else "any"
+    return CPU_CLASS if rec.option.cpu else rec.option.gpu_class
+
+
+def clear_list(rec: JobRecord) -> list[tuple[str, str]]:
+    """The ``(node, class)`` pairs to clear a placed job's reservations from."""
+    cls = _class_of(rec)
+    return [(r.node_id, cls) for r in rec.placement]
+
+
+def _parse_held(raw: dict[Any, Any]) -> dict[str, Held]:
+    out = {}
+    for job, value in raw.items():
+        d = json.loads(value)
+        out[text(job)] = Held(int(d["gpus"]), float(d["host_gb"]), str(d.get("boot_id", "")))
+    return out
