@@ -65,7 +65,18 @@ def drain(client: Client) -> None:
 
 def queued_functions(client: Client) -> list[str]:
     """The function of each RQ job waiting on the planning queue, in order."""
-    return [job.func_name for job in client.store.queue.get_jobs()]
+    return [str(job.func_name) for job in client.store.queue.get_jobs()]
+
+
+def empty_queue(client: Client) -> None:
+    """Drop the queued RQ jobs, to drive planning by hand."""
+    client.store.queue.empty()  # type: ignore[no-untyped-call]
+
+
+def event_reasons(client: Client, job_id: str) -> list[str]:
+    """The reasons on a job's own stream, oldest first."""
+    entries: Any = client.redis.xrange(client.keys.job_events(job_id))
+    return [text(fields[b"reason"]) for _, fields in entries]
 
 
 def whole_state(client: Client) -> dict[str, Any]:

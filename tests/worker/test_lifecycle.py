@@ -10,7 +10,7 @@ import pytest
 
 from planner.decide import decide
 from producer import Client
-from tests.worker.helpers import drain, hb, queued_functions, request, whole_state
+from tests.worker.helpers import drain, empty_queue, event_reasons, hb, queued_functions, request, whole_state
 from worker import constants as C
 from worker import maintenance, planning
 from worker.errors import JobExists, JobNotFound, WrongState
@@ -166,9 +166,7 @@ def test_a_restarted_node_sends_its_old_jobs_back_through_planning(client: Clien
     drain(client)
     rec = client.get(job)
     assert rec.state is JobState.PLACED and rec.attempts == 2
-    events = [e[1] for e in client.redis.xrange(client.keys.job_events(job))]
-    reasons = [e[b"reason"].decode() for e in events]
-    assert "node gpu-1 restarted" in reasons
+    assert "node gpu-1 restarted" in event_reasons(client, job)
     assert whole_state(client)["held"] == {"gpu-1": {job: 1}}
     assert [h.boot_id for h in client.store.held_on("gpu-1").values()] == ["boot-2"]
 
@@ -195,7 +193,7 @@ def test_cards_freed_while_a_job_is_planned_into_waiting_still_wake_it(client: C
     client.heartbeat(hb("gpu-1", gpus=1, free=0, seq=1))
     drain(client)
     job = client.submit(request())
-    client.store.queue.empty()
+    empty_queue(client)
     rec = planning.claim(client.store, job, "w1")
     assert rec is not None
     snap = client.store.snapshot()  # the card is busy in this snapshot
@@ -304,7 +302,7 @@ def test_a_lapsed_lease_sends_the_job_back(client: Client, monkeypatch: pytest.M
     monkeypatch.setattr(C, "LEASE_MS", 50)
     client.heartbeat(hb("gpu-1", gpus=1))
     job = client.submit(request())
-    client.store.queue.empty()
+    empty_queue(client)
     assert planning.claim(client.store, job, "lost-worker") is not None
     time.sleep(0.1)
     assert maintenance.sweep(client.store, force=True)["lease_expired"] == 1
@@ -318,7 +316,7 @@ def test_two_plans_from_one_snapshot_cannot_both_take_the_card(client: Client) -
     client.heartbeat(hb("gpu-1", gpus=2, free=1, seq=1))  # the other card is in use outside modelplan
     drain(client)
     jobs = [client.submit(request()) for _ in range(2)]
-    client.store.queue.empty()
+    empty_queue(client)
     claimed = [planning.claim(client.store, j, f"w{i}") for i, j in enumerate(jobs)]
     snap = client.store.snapshot()
     results = []
