@@ -23,7 +23,7 @@ from planner import (
 )
 from producer.client import Client, request_from_repository
 from producer.render import job_text, options_table, status_text
-from worker.config import PREFIX_ENV, REDIS_URL_ENV
+from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
 from worker.records import JobState, parse_heartbeat
 
@@ -70,7 +70,7 @@ def _client(args: argparse.Namespace) -> Client:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from worker.config import configure_logging, prefix, redis_url
+    from worker.config import prefix, redis_url
     from worker.runner import run
 
     configure_logging(args.log_level)
@@ -210,6 +210,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command != "worker":
+        # a command's output is its answer: its log lines (warnings and worse) go to standard error
+        configure_logging("WARNING", sys.stderr)
     try:
         code: int = args.func(args)
     except ModelplanError as e:

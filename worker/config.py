@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import TextIO
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -52,8 +53,8 @@ def connect(url: str) -> redis.Redis:
     )
 
 
-def configure_logging(level: str = "INFO") -> None:
-    """JSON lines on standard output, one per event, with the bound ids."""
+def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None:
+    """JSON lines, one per event with the bound ids, on ``stream`` (standard output by default)."""
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -63,6 +64,6 @@ def configure_logging(level: str = "INFO") -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
-        cache_logger_on_first_use=True,
+        logger_factory=structlog.PrintLoggerFactory(stream or sys.stdout),
+        cache_logger_on_first_use=False,
     )

@@ -1,0 +1,121 @@
+"""The key schema, pinned, and what the edge refuses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from planner import InvalidInput
+from producer import Client
+from tests.worker.helpers import hb, request
+from worker.keys import Keys
+from worker.records import JobState, parse_heartbeat, parse_request
+
+
+def test_every_key_spelled_out() -> None:
+    k = Keys("mp")
+    assert [
+        k.node("n1"),
+        k.nodes,
+        k.held("n1"),
+        k.held_nodes,
+        k.job("j1"),
+        k.job_events("j1"),
+        k.events,
+        k.jobs(JobState.WAITING),
+        k.waiting_for,
+        k.seq,
+        k.epoch,
+        k.wake,
+        k.wake_classes,
+        k.lock("maintenance"),
+        k.queue_name,
+    ] == [
+        "mp:node:n1",
+        "mp:nodes",
+        "mp:held:n1",
+        "mp:held:nodes",
+        "mp:job:j1",
+        "mp:job:j1:events",
+        "mp:events",
+        "mp:jobs:waiting",
+        "mp:waiting:for",
+        "mp:seq",
+        "mp:epoch",
+        "mp:wake",
+        "mp:wake:classes",
+        "mp:lock:maintenance",
+        "mp",
+    ]
+    assert Keys().job("x") == "modelplan:job:x"
+
+
+@pytest.mark.parametrize("bad", ["a:b", "*", "a b", "a\nb", "", "-lead", "x" * 129, "ü", "../x"])
+def test_ids_that_could_leave_their_key_are_refused(bad: str) -> None:
+    with pytest.raises(InvalidInput, match="is not an id"):
+        Keys().job(bad)
+    with pytest.raises(InvalidInput, match="is not an id"):
+        Keys(bad)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"free_gpus": 3}, "free_gpus 3 is more than gpus 2"),
+        ({"gpus": -1}, "gpus: Input should be greater than or equal to 0"),
+        ({"seq": -1}, "seq: Input should be greater than or equal to 0"),
+        ({"seq": "7"}, "seq: Input should be a valid integer"),
+        ({"boot_id": "a:b"}, "boot_id: only letters, digits"),
+        ({"node_id": "n*"}, "node_id: only letters, digits"),
+        ({"started": ["j 1"]}, "started holds 'j 1', which is not a job id"),
+        ({"color": 1}, "color: unknown field"),
+        ({"host_free_gb": 10**9}, "host_free_gb: Input should be less than or equal to"),
+    ],
+)
+def test_a_bad_heartbeat_is_refused_and_nothing_stored(redis_url: str, change: dict[str, Any], message: str) -> None:
+    client = Client.from_url(redis_url)
+    with pytest.raises(InvalidInput, match=message.replace("(", r"\(")):
+        client.heartbeat({**hb("n1", gpus=2), **change})
+    assert client.redis.keys("*") == []
+    client.redis.close()
+
+
+def test_heartbeats_and_requests_parse_from_json_text() -> None:
+    assert parse_heartbeat('{"node_id": "n", "host_mem_gb": 1, "host_free_gb": 1, "seq": 0, "boot_id": "b"}').seq == 0
+    req = request()
+    assert parse_request(req.model_dump_json()) == req
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"context": 0}, "context: must be a whole number of tokens"),
+        ({"context": 200_000}, "context: 200000 is more than the model's max_position_embeddings 131072"),
+        ({"priority": 1001}, "priority: Input should be less than or equal to 1000"),
+        ({"artifact": "nope"}, "artifact 'nope' is not one of the repository's: original"),
+        ({"artifacts": []}, "artifacts: .*at least 1"),
+        ({"model": "a\nb"}, "model holds control characters"),
+        ({"shape": {"kv_bytes_per_token": -1}}, "shape: a field is out of range"),
+    ],
+)
+def test_a_bad_request_is_refused(change: dict[str, Any], message: str) -> None:
+    data = {**request().model_dump(mode="json"), **change}
+    with pytest.raises(InvalidInput, match=message):
+        parse_request(data)
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[Client]:
+    c = Client.from_url(redis_url)
+    yield c
+    c.redis.close()
+
+
+def test_a_bad_submit_stores_nothing(client: Client) -> None:
+    with pytest.raises(InvalidInput):
+        client.submit({"model": "x"})
+    with pytest.raises(InvalidInput, match="is not an id"):
+        client.submit(request(), job_id="a:b")
+    assert client.redis.keys("*") == []
