@@ -29,6 +29,8 @@ key (after the prefix)                  type    TTL                   written by
 ``wake:classes``                        set     none                  heartbeat.lua, transition.lua:
                                                                       classes freed since the last pass
 ``lock:{name}``                         string  its holder's          maintenance: one sweeper at a time
+``hub:{repo}@{revision}``               string  HUB_CACHE_TTL_S       producer.hub: a repository's
+                                                                      listing and config, as resolved
 ``rq:queue:{prefix}`` (RQ's own)        list    RQ's                  RQ: the planning queue
 ======================================  ======  ====================  ==================================
 """
@@ -118,3 +120,10 @@ class Keys:
 
     def lock(self, name: str) -> str:
         return f"{self._p}lock:{check_id(name, 'lock')}"
+
+    def hub(self, repo_id: str, revision: str) -> str:
+        """The cached listing and config of a Hub repository (``org/name``) at a revision."""
+        org, slash, name = repo_id.partition("/")
+        if not slash:
+            raise BadId("repo_id", repo_id)
+        return f"{self._p}hub:{check_id(org, 'repo_id')}/{check_id(name, 'repo_id')}@{check_id(revision, 'revision')}"

@@ -106,7 +106,7 @@ class Store:
         stored; ``wake`` says a wake-up pass is to be queued; ``restarted`` that the node has a new boot."""
         k = self.keys
         reply = script(self.redis, "heartbeat")(
-            keys=[k.node(record.node_id), k.nodes, k.epoch, k.wake, k.wake_classes],
+            keys=[k.node(record.node_id), k.nodes, k.epoch, k.wake, k.wake_classes, k.held(record.node_id)],
             args=[
                 record.node_id,
                 record.model_dump_json(),

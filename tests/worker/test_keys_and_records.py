@@ -50,6 +50,7 @@ def test_every_key_spelled_out() -> None:
         "mp",
     ]
     assert Keys().job("x") == "modelplan:job:x"
+    assert k.hub("meta-llama/Llama-3.1-8B", "main") == "mp:hub:meta-llama/Llama-3.1-8B@main"
 
 
 @pytest.mark.parametrize("bad", ["a:b", "*", "a b", "a\nb", "", "-lead", "x" * 129, "ü", "../x"])

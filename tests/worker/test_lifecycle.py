@@ -332,3 +332,18 @@ def test_two_plans_from_one_snapshot_cannot_both_take_the_card(client: Client) -
     assert planning.settle(client.store, loser) is not None
     assert [client.get(j).state for j in jobs] == [JobState.PLACED, JobState.WAITING]
     assert whole_state(client)["held"] == {"gpu-1": {jobs[0]: 1}}
+
+
+def test_a_node_back_with_a_new_boot_after_its_heartbeat_lapsed(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(C, "NODE_TTL_MS", 200)
+    client.heartbeat(hb("gpu-1", gpus=1, seq=9, boot="boot-1"))
+    job = client.submit(request())
+    drain(client)
+    time.sleep(0.3)  # lapsed, and back with a new boot before any sweep noticed
+    client.heartbeat(hb("gpu-1", gpus=1, seq=1, boot="boot-2"))
+    assert "worker.jobs.node_restarted" in queued_functions(client)
+    drain(client)
+    assert "node gpu-1 restarted" in event_reasons(client, job)
+    assert [h.boot_id for h in client.store.held_on("gpu-1").values()] == ["boot-2"]

@@ -2,13 +2,15 @@
 -- jobs when it frees capacity.
 --
 -- KEYS[1] node:{id}   KEYS[2] nodes   KEYS[3] epoch   KEYS[4] wake   KEYS[5] wake:classes
+-- KEYS[6] held:{id}
 --
 -- ARGV[1] node id      ARGV[4] boot id             ARGV[7] the node's card class ("" for none)
 -- ARGV[2] record JSON  ARGV[5] node TTL, ms         ARGV[8] free cards    ARGV[9] free host GiB
 -- ARGV[3] seq          ARGV[6] wake flag TTL, ms    ARGV[10] now, ms (the node's score in nodes)
 --
 -- Returns {code, wake, restarted}: code "ok" or "stale" (an older heartbeat: nothing changed); wake 1
--- when the caller queues a wake-up pass; restarted 1 when the node came back with a new boot.
+-- when the caller queues a wake-up pass; restarted 1 when the node came back with a new boot, or came
+-- back after its heartbeat lapsed, while jobs hold reservations on it: the caller has those checked.
 
 local old_raw = redis.call('GET', KEYS[1])
 local freed = {}
@@ -31,6 +33,10 @@ if old_raw then
   else
     restarted = 1
   end
+end
+if not old_raw and redis.call('HLEN', KEYS[6]) > 0 then
+  -- back after a lapse: which boot its reservations were made on is for the caller to check
+  restarted = 1
 end
 if not old_raw or restarted == 1 then
   -- a node joining (or back from a restart) may change any waiting job's best option: wake them all
