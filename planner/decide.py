@@ -1,14 +1,17 @@
-"""From ranked options to a decision: placed on named nodes, waiting for busy hardware, or failed.
+"""From ranked options to a decision for each replica of a job: placed on named nodes, falling back, or
+waiting for busy hardware; or the job failed.
 
-The seed's rule: the best option decides. If it is free now, the job is placed there; if its cards exist
-but are busy, the job waits for them; it neither drops to a worse option nor fails. Only a job for which
-nothing in the pool could ever hold it fails.
+The seed's rule: the best option decides. If it is free now, a replica is placed there; if its cards
+exist but are busy, the replica waits for them; it neither drops to a worse option nor fails. A request
+that allows fallbacks runs such a replica on the best option that is free now while it keeps waiting for
+its best; it moves there when the best frees. Only a job for which nothing in the pool could ever hold it
+fails.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from planner.constants import HOST_SHARE, card_budget_gb, gguf_overhead_bytes, gib, vllm_overhead_bytes
@@ -16,9 +19,14 @@ from planner.model import Artifact, Option, PoolNode, Shape
 from planner.options import classes, options
 
 Outcome = Literal["placed", "waiting", "failed"]
+ReplicaState = Literal["placed", "fallback", "waiting"]
+WaitKind = Literal["resources", "priority", "gone"]
 
 CPU_CLASS = "cpu"
 """What a CPU option waits for: host memory, on any node."""
+
+NODES_SHOWN = 5
+"""How many nodes a waiting reason names, nearest to free first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,90 +39,262 @@ class Hold:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    outcome: Outcome
+class Wait:
+    """Why a replica is not on its best option, as data and in words (after Slurm's reasons).
+
+    ``resources``: the hardware exists but is busy; ``priority``: it would fit in cards held for a job
+    ahead of it; ``gone``: nothing in the pool can hold it now.
+    """
+
+    kind: WaitKind
     option: Option | None
-    """The option placed on, or waited for."""
+    nodes: tuple[str, ...]
+    """The nodes that could hold it, nearest to free first."""
+    missing: tuple[tuple[str, int], ...]
+    """Cards (or for the CPU, GiB of RAM) each of those nodes lacks now."""
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A replica as it stands before a plan."""
+
+    index: int
+    option: Option | None
+    holds: tuple[Hold, ...] = ()
+    on_target: bool = False
+    """Placed on what was its best option: it stays, whatever frees later."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlan:
+    index: int
+    state: ReplicaState
+    option: Option | None
+    """Where it runs (None while waiting)."""
     holds: tuple[Hold, ...]
+    moved: bool
+    """Its holds change: placed anew, moved from a fallback to its best, or dropped."""
+    wait: Wait | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlan:
+    outcome: Outcome
+    target: Option | None
+    """The best option: what every replica runs on or waits for."""
     alternatives: tuple[Option, ...]
-    """Every option, best first (the chosen one included)."""
+    """Every option, best first."""
+    replicas: tuple[ReplicaPlan, ...]
+    dropped: tuple[Running, ...]
+    """Replicas past the wanted count, to be freed."""
     reason: str
+
+    @property
+    def placed(self) -> int:
+        return sum(1 for r in self.replicas if r.holds)
 
 
 def class_key(o: Option) -> str:
-    """What an option runs on, as waiting jobs are indexed: its card class, or ``cpu``."""
+    """What an option runs on, as pending jobs are indexed: its card class, or ``cpu``."""
     return CPU_CLASS if o.cpu else o.gpu_class
+
+
+def same_layout(a: Option | None, b: Option | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (a.artifact, a.cpu, a.gpu_class, a.have_gb, a.fabric, a.gpus_per_node, a.nodes) == (
+        b.artifact,
+        b.cpu,
+        b.gpu_class,
+        b.have_gb,
+        b.fabric,
+        b.gpus_per_node,
+        b.nodes,
+    )
+
+
+def _takers(o: Option, nodes: Sequence[PoolNode]) -> list[PoolNode]:
+    """The nodes that could ever hold ``o`` (free now or not)."""
+    if o.cpu:
+        return [n for n in nodes if n.host_mem_gb * HOST_SHARE >= o.need_gb]
+    return [
+        n
+        for n in nodes
+        if n.gpu_class == o.gpu_class
+        and card_budget_gb(n.gpu_mem_gb) == o.have_gb
+        and n.gpus >= o.gpus_per_node
+        and (o.nodes <= 1 or n.fabric == o.fabric)
+    ]
+
+
+def _lack(o: Option, n: PoolNode) -> int:
+    """What ``n`` lacks now to take its share of ``o``: cards, or whole GiB of RAM for the CPU."""
+    if o.cpu:
+        return max(0, int(-(-(o.need_gb - n.host_free_gb) // 1)))
+    return max(0, o.gpus_per_node - n.free_gpus)
 
 
 def choose_nodes(o: Option, nodes: Sequence[PoolNode]) -> tuple[Hold, ...] | None:
     """The nodes to place ``o`` on now, or None if not enough are free.
 
-    Best fit: among the nodes that can take it, those with the least free room, so that whole free
+    Best fit: among the nodes that can take it now, those with the least free room, so that whole free
     nodes stay whole for the jobs that need them. Ties go to the node id, for a stable choice.
     """
+    fit = [n for n in _takers(o, nodes) if _lack(o, n) == 0]
     if o.cpu:
-        fit = [n for n in nodes if n.host_mem_gb * HOST_SHARE >= o.need_gb and n.host_free_gb >= o.need_gb]
         if not fit:
             return None
         best = min(fit, key=lambda n: (n.host_free_gb, n.id))
         return (Hold(best.id, 0, o.need_gb),)
-    width = o.gpus_per_node
-    fit = [
-        n
-        for n in nodes
-        if n.gpu_class == o.gpu_class
-        and card_budget_gb(n.gpu_mem_gb) == o.have_gb
-        and n.gpus >= width
-        and n.free_gpus >= width
-        and (o.nodes <= 1 or n.fabric == o.fabric)
-    ]
     count = max(o.nodes, 1)
     if len(fit) < count:
         return None
     chosen = sorted(fit, key=lambda n: (n.free_gpus, n.id))[:count]
-    return tuple(Hold(n.id, width, 0.0) for n in chosen)
+    return tuple(Hold(n.id, o.gpus_per_node, 0.0) for n in chosen)
 
 
-def decide(
-    artifacts: Sequence[Artifact], shape: Shape, nodes: Sequence[PoolNode], context: int, *, ever_fit: bool = False
-) -> Decision:
-    """Plan and decide. ``ever_fit`` says an earlier plan found an option: such a job waits for its
-    hardware to come back rather than failing when the pool no longer holds it."""
+def take(nodes: Sequence[PoolNode], holds: Sequence[Hold]) -> list[PoolNode]:
+    """``nodes`` with ``holds`` taken from what is free."""
+    by = {h.node_id: h for h in holds}
+    out = []
+    for n in nodes:
+        h = by.get(n.id)
+        if h is not None:
+            n = replace(n, free_gpus=max(0, n.free_gpus - h.gpus), host_free_gb=max(0, int(n.host_free_gb - h.host_gb)))
+        out.append(n)
+    return out
+
+
+def nominate(o: Option, nodes: Sequence[PoolNode]) -> tuple[Hold, ...]:
+    """The nodes to hold for a waiting job whose best option is ``o``: those nearest to having its cards
+    free (then by id), with the cards free on each now, up to what it needs there."""
+    if o.cpu:
+        return ()
+    takers = sorted(_takers(o, nodes), key=lambda n: (_lack(o, n), n.id))[: max(o.nodes, 1)]
+    if len(takers) < max(o.nodes, 1):
+        return ()
+    return tuple(Hold(n.id, min(o.gpus_per_node, n.free_gpus), 0.0) for n in takers)
+
+
+def wait_for(o: Option, nodes: Sequence[PoolNode], held_for_others: Mapping[str, int] | None = None) -> Wait:
+    """Why ``o`` cannot be placed on ``nodes`` now, naming the nodes nearest to free."""
+    takers = sorted(_takers(o, nodes), key=lambda n: (_lack(o, n), n.id))
+    missing = tuple((n.id, _lack(o, n)) for n in takers[:NODES_SHOWN])
+    kind: WaitKind = "resources"
+    if held_for_others:
+        back = [replace(n, free_gpus=n.free_gpus + held_for_others.get(n.id, 0)) for n in nodes]
+        if choose_nodes(o, back) is not None:
+            kind = "priority"
+    unit = "GiB of RAM" if o.cpu else "card(s)"
+    lacking = ", ".join(f"{node} lacks {k}" for node, k in missing) or "none"
+    if kind == "priority":
+        why = "its cards are held for a job ahead of it"
+    else:
+        why = f"{len(takers)} node(s) could hold it; {lacking} {unit}"
+    text = f"waiting for {o.label} for {o.artifact}: {why}"
+    return Wait(kind, o, tuple(n.id for n in takers[:NODES_SHOWN]), missing, text)
+
+
+def plan_job(
+    artifacts: Sequence[Artifact],
+    shape: Shape,
+    nodes: Sequence[PoolNode],
+    context: int,
+    *,
+    replicas: int = 1,
+    fallback: bool = False,
+    running: Sequence[Running] = (),
+    ever_fit: bool = False,
+    held_for_others: Mapping[str, int] | None = None,
+) -> JobPlan:
+    """Plan every replica of a job against ``nodes`` (what is free for this job).
+
+    Replicas placed on their best option stay. Past ``replicas``, the waiting ones go first, then those
+    on a fallback, then the highest-numbered; new ones are numbered after the highest. Each other
+    replica is placed on the best option if it is free now; else, with ``fallback``, it keeps (or takes)
+    the best option that is free now; else it waits. ``ever_fit`` says an earlier plan found an option: such
+    a job waits, rather than fails, when the pool no longer holds it.
+    """
+    kept, dropped = _scale(running, replicas)
     ranked = tuple(options(artifacts, shape, nodes, context))
     if not ranked:
         why = why_unfit(artifacts, shape, nodes, context)
-        if ever_fit:
-            return Decision("waiting", None, (), (), f"no node in the pool can hold it now ({why}); waiting for one")
-        return Decision("failed", None, (), (), why)
-    best = ranked[0]
-    holds = choose_nodes(best, nodes) if best.free_now else None
-    if holds is not None:
-        where = ", ".join(
-            f"{h.node_id} ({h.gpus} card{'s' if h.gpus > 1 else ''})"
-            if h.gpus
-            else f"{h.node_id} ({h.host_gb:.1f} GiB RAM)"
-            for h in holds
+        if not ever_fit and not any(r.holds for r in kept):
+            return JobPlan("failed", None, (), (), dropped, why)
+        gone = Wait("gone", None, (), (), f"no node in the pool can hold it now ({why}); waiting for one")
+        plans = tuple(
+            ReplicaPlan(r.index, _state_of(r), r.option, r.holds, False, None if r.on_target else gone) for r in kept
         )
-        return Decision("placed", best, holds, ranked, f"placed {best.artifact} on {best.label}: {where}")
-    return Decision("waiting", best, (), ranked, waiting_reason(best, nodes))
+        return JobPlan(_outcome(plans), None, (), plans, dropped, gone.text)
+
+    target = ranked[0]
+    view = list(nodes)
+    plans_list: list[ReplicaPlan] = []
+    for r in kept:
+        if r.holds and r.on_target:
+            plans_list.append(ReplicaPlan(r.index, "placed", r.option, r.holds, False, None))
+            continue
+        holds = choose_nodes(target, view)
+        if holds is not None:
+            view = take(view, holds)
+            plans_list.append(ReplicaPlan(r.index, "placed", target, holds, True, None))
+            continue
+        wait = wait_for(target, view, held_for_others)
+        if r.holds:
+            plans_list.append(ReplicaPlan(r.index, "fallback", r.option, r.holds, False, wait))
+            continue
+        if fallback:
+            for o in ranked[1:]:
+                holds = choose_nodes(o, view) if o.free_now else None
+                if holds is not None:
+                    view = take(view, holds)
+                    plans_list.append(ReplicaPlan(r.index, "fallback", o, holds, True, wait))
+                    break
+            else:
+                plans_list.append(ReplicaPlan(r.index, "waiting", None, (), False, wait))
+            continue
+        plans_list.append(ReplicaPlan(r.index, "waiting", None, (), False, wait))
+    plans = tuple(plans_list)
+    return JobPlan(_outcome(plans), target, ranked, plans, dropped, _reason(target, plans))
 
 
-def waiting_reason(o: Option, nodes: Sequence[PoolNode]) -> str:
-    if o.cpu:
-        return (
-            f"waiting for {o.need_gb:.1f} GiB of RAM for {o.artifact}: {o.hosts} node(s) have it, none has it free now"
-        )
-    takers = [
-        n
-        for n in nodes
-        if n.gpu_class == o.gpu_class and n.gpus >= o.gpus_per_node and (o.nodes <= 1 or n.fabric == o.fabric)
-    ]
-    free = sum(1 for n in takers if n.free_gpus >= o.gpus_per_node)
-    need = max(o.nodes, 1)
-    return (
-        f"waiting for {o.label} for {o.artifact}: {o.hosts} node(s) have the cards, "
-        f"{free} of the {need} needed have {o.gpus_per_node} free now"
-    )
+def _scale(running: Sequence[Running], wanted: int) -> tuple[list[Running], tuple[Running, ...]]:
+    current = sorted(running, key=lambda r: r.index)
+    if len(current) > wanted:
+        # waiting ones go first (the highest-numbered first), then those on a fallback, then those on their best
+        waiting = [r for r in reversed(current) if not r.holds]
+        on_hardware = sorted((r for r in current if r.holds), key=lambda r: (r.on_target, -r.index))
+        drop = {r.index for r in (waiting + on_hardware)[: len(current) - wanted]}
+        return [r for r in current if r.index not in drop], tuple(r for r in current if r.index in drop)
+    start = max((r.index for r in current), default=-1) + 1
+    return current + [Running(i, None) for i in range(start, start + wanted - len(current))], ()
+
+
+def _state_of(r: Running) -> ReplicaState:
+    if not r.holds:
+        return "waiting"
+    return "placed" if r.on_target else "fallback"
+
+
+def _outcome(plans: Sequence[ReplicaPlan]) -> Outcome:
+    return "placed" if plans and all(p.holds for p in plans) else "waiting"
+
+
+def _reason(target: Option, plans: Sequence[ReplicaPlan]) -> str:
+    on_target = sum(1 for p in plans if p.state == "placed")
+    fallback = sum(1 for p in plans if p.state == "fallback")
+    head = f"{target.artifact} on {target.label}"
+    if on_target == len(plans):
+        nodes = ", ".join(h.node_id for p in plans for h in p.holds)
+        return f"placed {head}: {nodes}" if len(plans) == 1 else f"placed {len(plans)} of {len(plans)}: {head}"
+    waiting = next((p.wait for p in plans if p.wait is not None), None)
+    if len(plans) == 1 and waiting is not None:
+        return ("on a fallback; " if fallback else "") + waiting.text
+    parts = [f"placed {on_target} of {len(plans)} on {target.label}"]
+    if fallback:
+        parts.append(f"{fallback} on a fallback")
+    return "; ".join(parts) + (f"; {waiting.text}" if waiting else "")
 
 
 def why_unfit(artifacts: Sequence[Artifact], shape: Shape, nodes: Sequence[PoolNode], context: int) -> str:
@@ -126,7 +306,7 @@ def why_unfit(artifacts: Sequence[Artifact], shape: Shape, nodes: Sequence[PoolN
     ram = max((n.host_mem_gb for n in nodes), default=0) * HOST_SHARE
     parts = []
     for a in artifacts:
-        bits = [f"{a.name} ({gib(a.bytes):.1f} GiB, KV cache {gib(kv):.1f} GiB at {context} tokens)"]
+        head = f"{a.name} ({gib(a.bytes):.1f} GiB, KV cache {gib(kv):.1f} GiB at {context} tokens)"
         if pools:
             widest = max(pools, key=lambda c: (c.max_gpus * c.mem_gb, c.gpu_class))
             w = widest.max_gpus
@@ -134,15 +314,15 @@ def why_unfit(artifacts: Sequence[Artifact], shape: Shape, nodes: Sequence[PoolN
                 per = gib((a.bytes + kv) // w + gguf_overhead_bytes(a.bytes // w))
             else:
                 w = 1 << (w.bit_length() - 1)
-                if shape.kv_heads:
-                    while w > 1 and shape.kv_heads % w:
-                        w //= 2
+                while shape.kv_heads and w > 1 and shape.kv_heads % w:
+                    w //= 2
                 per = gib((a.bytes + kv) // w + vllm_overhead_bytes(a.bytes // w))
-            bits.append(f"needs {per:.1f} GiB a card on {w} × {widest.gpu_class} of {widest.budget_gb:.1f}")
+            cards = f"needs {per:.1f} GiB a card on {w} × {widest.gpu_class} of {widest.budget_gb:.1f}"
         else:
-            bits.append("no node has a card")
+            cards = "no node has a card"
+        part = f"{head}: {cards}"
         if a.format == "gguf":
             total = gib(a.bytes + kv + gguf_overhead_bytes(a.bytes))
-            bits.append(f"{total:.1f} GiB of RAM on the CPU, the largest node offers {ram:.1f}")
-        parts.append(": ".join(bits[:2]) + ("; " + bits[2] if len(bits) > 2 else ""))
+            part += f"; {total:.1f} GiB of RAM on the CPU, the largest node offers {ram:.1f}"
+        parts.append(part)
     return "nothing in the pool can hold it: " + " | ".join(parts)

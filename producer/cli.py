@@ -104,7 +104,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     repo = load_repository(args)
     model = args.model or args.repo or str(Path(args.files).parent.name)
     req = request_from_repository(
-        repo, model=model, context=args.context, artifact=args.artifact, priority=args.priority
+        repo,
+        model=model,
+        context=args.context,
+        artifact=args.artifact,
+        priority=args.priority,
+        replicas=args.replicas,
+        fallback=args.fallback,
     )
     print(_client(args).submit(req, args.job_id))
     return 0
@@ -123,6 +129,11 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     print(job_text(_client(args).cancel(args.job_id)))
+    return 0
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    print(job_text(_client(args).scale(args.job_id, args.replicas)))
     return 0
 
 
@@ -190,6 +201,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--artifact", help="pin one artifact by name")
     p.add_argument("--priority", type=int, default=0, help=f"0 to {PRIORITY_MAX}, higher first (default 0)")
     p.add_argument("--job-id", help="your own id (letters, digits, . _ -): submitting it again is a no-op")
+    p.add_argument("--replicas", type=int, default=1, help="how many replicas (default 1)")
+    p.add_argument(
+        "--fallback",
+        action="store_true",
+        help="while the best option is busy, run on the best free one, and move when the best frees",
+    )
     p.set_defaults(func=cmd_submit)
 
     for name, func, text in (
@@ -202,6 +219,11 @@ def parser() -> argparse.ArgumentParser:
         if name == "job":
             p.add_argument("--json", action="store_true", help="the record as stored")
         p.set_defaults(func=func)
+
+    p = sub.add_parser("scale", parents=[redis_args], help="change how many replicas a job has")
+    p.add_argument("job_id")
+    p.add_argument("replicas", type=int)
+    p.set_defaults(func=cmd_scale)
 
     p = sub.add_parser("status", parents=[redis_args], help="the pool and the jobs at a glance")
     p.set_defaults(func=cmd_status)

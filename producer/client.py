@@ -44,7 +44,14 @@ T = TypeVar("T")
 
 
 def request_from_repository(
-    repo: Repository, *, model: str, context: int = DEFAULT_CONTEXT, artifact: str | None = None, priority: int = 0
+    repo: Repository,
+    *,
+    model: str,
+    context: int = DEFAULT_CONTEXT,
+    artifact: str | None = None,
+    priority: int = 0,
+    replicas: int = 1,
+    fallback: bool = False,
 ) -> ServeRequest:
     return parse_request(
         {
@@ -59,6 +66,8 @@ def request_from_repository(
             "context": context,
             "artifact": artifact,
             "priority": priority,
+            "replicas": replicas,
+            "fallback": fallback,
         }
     )
 
@@ -123,6 +132,7 @@ class Client:
                         state=JobState.QUEUED,
                         version=0,
                         request=req,
+                        wanted=req.replicas,
                         seq=seq,
                         created_at=now,
                         updated_at=now,
@@ -172,6 +182,10 @@ class Client:
     def release(self, job_id: str) -> JobRecord:
         """Free a placed job's cards (or memory); waiting jobs that can use them are planned at once."""
         return self._call(lambda: planning.release(self.store, job_id))
+
+    def scale(self, job_id: str, replicas: int) -> JobRecord:
+        """Ask for ``replicas`` replicas: new ones are planned at once, surplus ones freed."""
+        return self._call(lambda: planning.scale(self.store, job_id, replicas))
 
     def cancel(self, job_id: str) -> JobRecord:
         """Cancel a job that is queued, being planned, or waiting."""

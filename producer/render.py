@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from planner import Option
-from worker.records import JobRecord, JobState
+from worker.records import JobRecord
 from worker.store import Snapshot
 
 _HEADERS = ("#", "artifact", "bits", "engine", "where", "need / have GiB", "hosts", "now")
@@ -41,14 +41,28 @@ def options_table(opts: Sequence[Option]) -> str:
 
 
 def job_text(rec: JobRecord) -> str:
-    """A job's record as a few lines: state and why, then the option and each node with its cards."""
-    lines = [f"job {rec.job_id}: {rec.state.value}", f"  model:   {rec.request.model} (context {rec.request.context})"]
+    """A job's record as a few lines: state and why, the best option, then each replica with its nodes."""
+    lines = [
+        f"job {rec.job_id}: {rec.state.value} ({rec.summary})",
+        f"  model:   {rec.request.model} (context {rec.request.context})",
+    ]
     if rec.option is not None:
-        what = "runs on" if rec.state is JobState.PLACED else "target"
-        lines.append(f"  {what}: {rec.option.artifact} on {rec.option.label} ({rec.option.engine})")
-    for r in rec.placement:
-        held = f"{r.gpus} card{'s' if r.gpus != 1 else ''}" if r.gpus else f"{r.host_gb:.1f} GiB RAM"
-        lines.append(f"  node:    {r.node_id}: {held}")
+        lines.append(f"  best:    {rec.option.artifact} on {rec.option.label} ({rec.option.engine})")
+    for rep in rec.replicas:
+        where = f"{rep.option.artifact} on {rep.option.label}" if rep.option else "-"
+        nodes = ", ".join(
+            f"{r.node_id} ({r.gpus} card{'s' if r.gpus != 1 else ''})"
+            if r.gpus
+            else f"{r.node_id} ({r.host_gb:.1f} GiB RAM)"
+            for r in rep.placement
+        )
+        line = f"  replica {rep.index}: {rep.state}" + (f", {where}: {nodes}" if rep.placement else "")
+        if rep.wait is not None and rep.state != "placed":
+            line += f" [{rep.wait.kind}]"
+        lines.append(line)
+    if rec.nomination is not None:
+        held = ", ".join(f"{h.node_id} {h.gpus} of {rec.nomination.wanted}" for h in rec.nomination.holds)
+        lines.append(f"  holding: {held} until {rec.nomination.until.isoformat(timespec='seconds')}")
     if rec.reason:
         lines.append(f"  reason:  {rec.reason}")
     lines.append(f"  updated: {rec.updated_at.isoformat()} (version {rec.version}, planned {rec.attempts}x)")

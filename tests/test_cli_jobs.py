@@ -72,7 +72,8 @@ def test_the_whole_flow_from_the_command_line(redis_url: str, capsys: pytest.Cap
     assert any(json.loads(line).get("event") == "job_waiting" for line in worker.stdout.splitlines())
     assert main(["job", *url, "job-1"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("job job-1: waiting\n") and "target: original on 1 × h100-80g (vllm)" in out
+    assert out.startswith("job job-1: waiting (placed 0 of 1)\n") and "best:    original on 1 × h100-80g (vllm)" in out
+    assert "replica 0: waiting [resources]" in out
     assert (
         main(
             [
@@ -100,7 +101,9 @@ def test_the_whole_flow_from_the_command_line(redis_url: str, capsys: pytest.Cap
     capsys.readouterr()
     assert main(["job", *url, "job-1", "--json"]) == 0
     rec = json.loads(capsys.readouterr().out)
-    assert rec["state"] == "placed" and rec["placement"] == [{"node_id": "gpu-1", "gpus": 1, "host_gb": 0.0}]
+    [replica] = rec["replicas"]
+    assert rec["state"] == "placed" and replica["state"] == "placed"
+    assert replica["placement"] == [{"node_id": "gpu-1", "hold_id": "job-1:0:3", "gpus": 1, "host_gb": 0.0}]
     assert rec["option"]["gpu_class"] == "h100-80g" and rec["schema_version"] == 1
     assert main(["status", *url]) == 0
     status = capsys.readouterr().out.splitlines()
@@ -109,8 +112,10 @@ def test_the_whole_flow_from_the_command_line(redis_url: str, capsys: pytest.Cap
     assert "jobs: 1 placed" in status
     assert main(["release", *url, "job-1"]) == 0
     assert capsys.readouterr().out.startswith("job job-1: released")
+    assert main(["scale", *url, "job-1", "2"]) == 2
+    assert "is released: scale applies only to" in capsys.readouterr().err
     assert main(["release", *url, "job-1"]) == 2
-    assert "is released: release applies only to placed jobs" in capsys.readouterr().err
+    assert "is released: release applies only to placed or waiting jobs" in capsys.readouterr().err
     assert main(["cancel", *url, "job-2"]) == 2
     assert "job 'job-2': no such job" in capsys.readouterr().err
 

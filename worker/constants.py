@@ -63,3 +63,7 @@ PRIORITY_MAX = 1000
 
 WATCH_BLOCK_MS = 1_000
 """How long one blocking read of a job's stream waits before ``watch`` checks its own timeout."""
+
+NOMINATION_S = 300
+"""How long cards held for the waiting job at the head of a class may sit idle: each card that frees into
+the hold starts the time again; past it with none, the hold is let go for others."""

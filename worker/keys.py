@@ -7,8 +7,11 @@ key (after the prefix)                  type    TTL                   written by
                                                                       (JSON NodeRecord)
 ``nodes``                               zset    none                  heartbeat.lua (node id, last seen
                                                                       ms); maintenance drops the silent
-``held:{node_id}``                      hash    none                  transition.lua: job id -> JSON
-                                                                      ``{"gpus", "host_gb"}`` reserved
+``held:{node_id}``                      hash    none                  transition.lua: hold id
+                                                                      (``{job}:{replica}:{version}``, or
+                                                                      ``{job}:nominated``) -> JSON
+                                                                      ``{"gpus", "host_gb", "boot_id",
+                                                                      "nominated"}``
 ``held:nodes``                          set     none                  transition.lua: nodes with a
                                                                       reservation
 ``job:{job_id}``                        string  FINISHED_TTL_S once   submit, transition.lua: the job
@@ -19,7 +22,10 @@ key (after the prefix)                  type    TTL                   written by
                                                                       job's changes
 ``jobs:{state}``                        zset    none                  transition.lua, submit: jobs by
                                                                       state (score: see JobState)
-``waiting:for``                         hash    none                  transition.lua: waiting job id ->
+``pending``                             zset    none                  transition.lua: jobs with a replica
+                                                                      not on its best option (score:
+                                                                      priority, then arrival)
+``pending:for``                         hash    none                  transition.lua: pending job id ->
                                                                       the class it waits for
 ``seq``                                 string  none                  submit: arrival counter
 ``epoch``                               string  none                  heartbeat.lua, transition.lua:
@@ -47,6 +53,12 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """Job and node ids: letters, digits, ``.``, ``_``, ``-``. No ``:``, ``*``, space or newline, so an id can
 never reach outside its own key."""
 
+HOLD_PATTERN = re.compile(ID_PATTERN.pattern + r"(:\d+:\d+|:nominated)")
+"""Hold ids, the fields of ``held:{node}``: a job id, then ``:{replica}:{version}`` for a reservation or
+``:nominated`` for a nomination. ``:`` never occurs in a job id, so the parts split cleanly."""
+
+NOMINATED = "nominated"
+
 CPU_CLASS = "cpu"
 """The class key of CPU capacity (host memory) in ``waiting:for`` and ``wake:classes``."""
 
@@ -55,6 +67,19 @@ def check_id(value: str, what: str) -> str:
     if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
         raise BadId(what, value)
     return value
+
+
+def hold_id(job_id: str, replica: int, version: int) -> str:
+    """The id of a replica's reservation placed at a job version: new whenever the replica is placed."""
+    return f"{check_id(job_id, 'job_id')}:{replica}:{version}"
+
+
+def nomination_id(job_id: str) -> str:
+    return f"{check_id(job_id, 'job_id')}:{NOMINATED}"
+
+
+def job_of_hold(hold: str) -> str:
+    return hold.split(":", 1)[0]
 
 
 class Keys:
@@ -99,8 +124,12 @@ class Keys:
         return f"{self._p}jobs:{state}"
 
     @property
-    def waiting_for(self) -> str:
-        return f"{self._p}waiting:for"
+    def pending(self) -> str:
+        return f"{self._p}pending"
+
+    @property
+    def pending_for(self) -> str:
+        return f"{self._p}pending:for"
 
     @property
     def seq(self) -> str:

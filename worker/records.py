@@ -7,7 +7,6 @@ record carries ``schema_version`` so that a reader can tell what it holds.
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -17,10 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from planner import Artifact, InvalidInput, Option, Shape, check_context
 from planner.pool import ID_PATTERN, NodeReport, invalid_from
 from worker.constants import PRIORITY_MAX
+from worker.keys import HOLD_PATTERN
 
 SCHEMA_VERSION = 1
 MAX_STARTED = 4096
 """How many job ids one heartbeat may list as started: far past the cards of any node."""
+MAX_REPLICAS = 256
+"""How many replicas one job may ask for."""
 MAX_ARTIFACTS = 1000
 """How many artifacts one request may carry; the largest repositories hold a few dozen."""
 
@@ -61,8 +63,8 @@ class Heartbeat(NodeReport):
     """A node agent's report: the pool record plus its order and its boot.
 
     ``seq`` rises with every heartbeat of one boot; an older one changes nothing. ``boot_id`` changes when
-    the node restarts. ``started`` lists the placed jobs whose cards (or memory) the report already counts
-    as in use, so that they are not subtracted from what is free a second time.
+    the node restarts. ``started`` lists the holds (reservations, by hold id) whose cards or memory the
+    report already counts as in use, so that they are not subtracted from what is free a second time.
     """
 
     seq: int = Field(ge=0, le=2**53)
@@ -72,9 +74,9 @@ class Heartbeat(NodeReport):
     @field_validator("started")
     @classmethod
     def _started_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for job_id in value:
-            if not re.fullmatch(ID_PATTERN, job_id):
-                raise ValueError(f"started holds {job_id!r}, which is not a job id")
+        for hold in value:
+            if not HOLD_PATTERN.fullmatch(hold):
+                raise ValueError(f"started holds {hold!r}, which is not a hold id ({{job_id}}:{{replica}}:{{version}})")
         return value
 
 
@@ -118,6 +120,9 @@ class ServeRequest(BaseModel):
     artifact: str | None = None
     """Pin one artifact by name; the others are not considered."""
     priority: int = Field(default=0, ge=0, le=PRIORITY_MAX)
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
+    fallback: bool = False
+    """While its best option is busy, run on the best option free now, and move when the best frees."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ServeRequest:
@@ -154,20 +159,64 @@ def parse_request(data: Any, source: str = "request") -> ServeRequest:
 
 
 class Reservation(BaseModel):
-    """What a placed job holds on one node."""
+    """What a replica holds on one node. ``hold_id`` (``{job_id}:{replica}:{version}``) names it in
+    ``held:{node}`` and in a heartbeat's ``started``; a replica moved or placed again gets a new one."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     node_id: str
+    hold_id: str
     gpus: int = Field(ge=0)
     host_gb: float = Field(ge=0)
     """GiB of RAM, for a replica on the CPU."""
 
 
+class WaitRecord(BaseModel):
+    """Why a replica is not on its best option: ``kind`` is ``resources`` (the hardware is busy),
+    ``priority`` (it would fit in cards held for a job ahead) or ``gone`` (nothing in the pool holds it
+    now); ``nodes`` could hold it, nearest to free first; ``missing`` is what each lacks now (cards, or GiB
+    of RAM for the CPU)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["resources", "priority", "gone"]
+    option: Option | None = None
+    nodes: tuple[str, ...] = ()
+    missing: dict[str, int] = Field(default_factory=dict)
+    text: str = ""
+
+
+class Replica(BaseModel):
+    """One replica of a job. ``state``: ``placed`` on the job's best option, ``fallback`` on another
+    that was free while the best was busy, or ``waiting``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int = Field(ge=0)
+    state: Literal["placed", "fallback", "waiting"]
+    option: Option | None = None
+    """Where it runs now."""
+    placement: tuple[Reservation, ...] = ()
+    wait: WaitRecord | None = None
+
+
+class Nomination(BaseModel):
+    """Cards held on nodes for the waiting job at the head of the line, so that small jobs do not keep
+    taking each card that frees: ``holds`` grow as cards free until the job fits; past ``until`` without
+    a card freeing into them, they are let go."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    holds: tuple[Reservation, ...]
+    wanted: int
+    """Cards the job needs on each node."""
+    until: datetime
+
+
 class JobRecord(BaseModel):
-    """A serve job as stored at ``job:{job_id}``: ``state`` says where it stands; once placed, ``option``
-    says how it runs and ``placement`` the nodes with their cards; while waiting, ``option`` is the
-    hardware it waits for. ``reason`` says why, in words."""
+    """A serve job as stored at ``job:{job_id}``: ``state`` says where it stands, ``option`` is its best
+    option (what its replicas run on, or wait for), ``replicas`` each replica with its nodes and cards,
+    and ``reason`` says why, in words."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -177,6 +226,8 @@ class JobRecord(BaseModel):
     version: int = Field(ge=0)
     """Rises with every change; a change is committed only against the version it was made from."""
     request: ServeRequest
+    wanted: int
+    """Replicas wanted now (the request's, until scaled)."""
     seq: int
     """Arrival order."""
     created_at: datetime
@@ -187,12 +238,39 @@ class JobRecord(BaseModel):
     """The worker holding it while planning."""
     lease_until: datetime | None = None
     option: Option | None = None
-    placement: tuple[Reservation, ...] = ()
+    replicas: tuple[Replica, ...] = ()
     alternatives: tuple[Option, ...] = ()
+    nomination: Nomination | None = None
+    hold_lapsed_at: datetime | None = None
+    """When its nomination last lapsed: it is not held for again until NOMINATION_S later."""
     reason: str = ""
     ever_fit: bool = False
     """Whether any plan ever found an option: a job that once could run waits, rather than fails, when its
     hardware leaves the pool."""
+
+    @property
+    def placement(self) -> tuple[Reservation, ...]:
+        """Every reservation of every replica."""
+        return tuple(r for rep in self.replicas for r in rep.placement)
+
+    @property
+    def holds(self) -> tuple[Reservation, ...]:
+        """Everything the job holds: its replicas' reservations and its nomination."""
+        return self.placement + (self.nomination.holds if self.nomination else ())
+
+    @property
+    def pending(self) -> bool:
+        """Whether some replica is not on the best option: the job is re-planned when capacity frees."""
+        return not self.state.final and any(r.state != "placed" for r in self.replicas)
+
+    @property
+    def summary(self) -> str:
+        """``placed 2 of 3``: replicas running (on the best option or a fallback) of those wanted, and how
+        many of them run on a fallback."""
+        running = sum(1 for r in self.replicas if r.placement)
+        fallback = sum(1 for r in self.replicas if r.state == "fallback")
+        text = f"placed {running} of {self.wanted}"
+        return text + (f", {fallback} on a fallback" if fallback else "")
 
     def to_json(self) -> str:
         return self.model_dump_json()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,9 +17,8 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from planner import PoolNode
-from planner.decide import Hold
 from worker import constants as C
-from worker.keys import CPU_CLASS, Keys
+from worker.keys import CPU_CLASS, Keys, job_of_hold
 from worker.records import JobRecord, JobState, NodeRecord
 from worker.scripts import script, text
 
@@ -30,20 +29,38 @@ def now_ms() -> int:
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """One job's reservation on one node, as stored in ``held:{node}``."""
+    """One hold on one node, as stored in ``held:{node}``."""
 
     gpus: int
     host_gb: float
     boot_id: str
+    nominated: bool = False
+
+    @staticmethod
+    def parse(value: bytes | str) -> Held:
+        d = json.loads(value)
+        return Held(int(d["gpus"]), float(d["host_gb"]), str(d.get("boot_id", "")), bool(d.get("nominated", False)))
+
+
+@dataclass(frozen=True, slots=True)
+class HoldSpec:
+    """A hold to write: on ``node_id``, named ``hold_id``."""
+
+    node_id: str
+    hold_id: str
+    gpus: int = 0
+    host_gb: float = 0.0
+    nominated: bool = False
 
 
 @dataclass(slots=True)
 class Snapshot:
-    """The pool as a plan sees it: each live node with what is free on it for a new job.
+    """The pool as plans see it: each live node, and what is free on it.
 
     Free is what the agent reports less what placed jobs hold there that the agent does not show yet
-    (jobs not in its ``started``): a card is never counted free twice, and a card taken by something
-    outside modelplan stays taken.
+    (holds not in its ``started``), and less the cards nominated for a waiting job: a card is never
+    counted free twice, and a card taken by something outside modelplan stays taken. A job sees its own
+    nomination as free for it (``nodes_for``).
     """
 
     epoch: str
@@ -52,10 +69,27 @@ class Snapshot:
     nodes: list[PoolNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.nodes = [self._pool_node(r) for r in self.records.values()]
+        self.nodes = self.nodes_for(None)
 
-    def _pool_node(self, r: NodeRecord) -> PoolNode:
-        unseen = [h for job, h in self.held.get(r.node_id, {}).items() if job not in r.started]
+    def nodes_for(self, job_id: str | None) -> list[PoolNode]:
+        """The nodes as a plan for ``job_id`` sees them (its own nomination counted as free)."""
+        return [self._pool_node(r, job_id) for r in self.records.values()]
+
+    def held_for_others(self, job_id: str) -> dict[str, int]:
+        """Cards nominated on each node for jobs other than ``job_id``."""
+        out: dict[str, int] = {}
+        for node_id, holds in self.held.items():
+            n = sum(h.gpus for hid, h in holds.items() if h.nominated and job_of_hold(hid) != job_id)
+            if n:
+                out[node_id] = n
+        return out
+
+    def _pool_node(self, r: NodeRecord, job_id: str | None) -> PoolNode:
+        unseen = [
+            h
+            for hid, h in self.held.get(r.node_id, {}).items()
+            if hid not in r.started and not (h.nominated and job_of_hold(hid) == job_id)
+        ]
         free = max(0, r.free_gpus - sum(h.gpus for h in unseen))
         host_free = max(0, int(r.host_free_gb - sum(h.host_gb for h in unseen)))
         return PoolNode(
@@ -69,12 +103,15 @@ class Snapshot:
             host_free_gb=host_free,
         )
 
-    def take(self, job_id: str, holds: Iterable[Hold]) -> None:
-        """Count a placement just made, so that the next plan against this snapshot does not reuse it."""
-        for h in holds:
-            rec = self.records[h.node_id]
-            self.held.setdefault(h.node_id, {})[job_id] = Held(h.gpus, h.host_gb, rec.boot_id)
-        self.nodes = [self._pool_node(r) for r in self.records.values()]
+    def apply(self, written: Sequence[HoldSpec], cleared: Sequence[tuple[str, str, str]]) -> None:
+        """Count a commit just made, so that the next plan against this snapshot sees it."""
+        for node_id, hid, _ in cleared:
+            self.held.get(node_id, {}).pop(hid, None)
+        for h in written:
+            rec = self.records.get(h.node_id)
+            boot = rec.boot_id if rec else ""
+            self.held.setdefault(h.node_id, {})[h.hold_id] = Held(h.gpus, h.host_gb, boot, h.nominated)
+        self.nodes = self.nodes_for(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,27 +234,26 @@ class Store:
         *,
         reason: str,
         score: float | None = None,
+        pending: tuple[str, float] | None = None,
         epoch: str | None = None,
-        place: Sequence[Hold] = (),
-        clear: Sequence[tuple[str, str]] = (),
+        place: Sequence[HoldSpec] = (),
+        clear: Sequence[tuple[str, str, str]] = (),
     ) -> Outcome:
         """Commit ``new`` over ``old`` if the stored record is still ``old``'s version.
 
-        ``place`` reservations are written only if every node has the room; ``clear`` lists ``(node,
-        class)`` pairs whose reservation by this job is dropped (waking jobs waiting for that class).
-        A waiting record notes the class it waits for; ``epoch`` is the pool epoch its plan saw.
+        ``place`` holds are written only if every node has the room; ``clear`` lists ``(node, hold id,
+        class)`` holds to drop (waking jobs pending on that class). ``pending`` is ``(class, score)`` for a
+        job with a replica not on its best option; ``epoch`` the pool epoch its plan saw.
         """
         k = self.keys
-        waits_for = ""
-        if new.state is JobState.WAITING:
-            waits_for = _class_of(new)
         keys = [
             k.job(new.job_id),
             k.job_events(new.job_id),
             k.events,
             k.jobs(old.state),
             k.jobs(new.state),
-            k.waiting_for,
+            k.pending,
+            k.pending_for,
             k.epoch,
             k.wake,
             k.wake_classes,
@@ -229,8 +265,9 @@ class Store:
             new.to_json(),
             new.state.value,
             score if score is not None else now_ms(),
-            waits_for,
-            epoch if epoch is not None and waits_for else "",
+            pending[0] if pending else "",
+            pending[1] if pending else 0,
+            epoch if epoch is not None and pending else "",
             C.FINISHED_TTL_S if new.state.final else 0,
             C.WAKE_FLAG_TTL_MS,
             C.EVENTS_MAXLEN,
@@ -241,10 +278,10 @@ class Store:
         ]
         for h in place:
             keys += [k.node(h.node_id), k.held(h.node_id)]
-            args += [h.node_id, h.gpus, repr(float(h.host_gb))]
-        for node_id, cls in clear:
+            args += [h.node_id, h.hold_id, h.gpus, repr(float(h.host_gb)), int(h.nominated)]
+        for node_id, hid, cls in clear:
             keys.append(k.held(node_id))
-            args += [node_id, cls]
+            args += [node_id, hid, cls]
         code, detail, wake = script(self.redis, "transition")(keys=keys, args=args)
         return Outcome(text(code), text(detail), int(wake) == 1)
 
@@ -290,21 +327,19 @@ class Store:
         )
 
 
-def _class_of(rec: JobRecord) -> str:
+def class_of(rec: JobRecord) -> str:
+    """The class a job's holds free, and what a pending job waits for: its best option's card class, or
+    ``cpu``; ``any`` when it has no option now (woken by any class)."""
     if rec.option is None:
-        return CPU_CLASS if any(a.format == "gguf" for a in rec.request.artifacts) else "any"
+        return "any"
     return CPU_CLASS if rec.option.cpu else rec.option.gpu_class
 
 
-def clear_list(rec: JobRecord) -> list[tuple[str, str]]:
-    """The ``(node, class)`` pairs to clear a placed job's reservations from."""
-    cls = _class_of(rec)
-    return [(r.node_id, cls) for r in rec.placement]
+def clear_all(rec: JobRecord) -> list[tuple[str, str, str]]:
+    """Every hold of a job, as ``transition``'s ``clear`` list."""
+    cls = class_of(rec)
+    return [(r.node_id, r.hold_id, cls) for r in rec.holds]
 
 
 def _parse_held(raw: dict[Any, Any]) -> dict[str, Held]:
-    out = {}
-    for job, value in raw.items():
-        d = json.loads(value)
-        out[text(job)] = Held(int(d["gpus"]), float(d["host_gb"]), str(d.get("boot_id", "")))
-    return out
+    return {text(hid): Held.parse(value) for hid, value in raw.items()}

@@ -91,13 +91,21 @@ def whole_state(client: Client) -> dict[str, Any]:
             continue
         rec = client.get(name.split(":", 2)[2])
         records[rec.job_id] = rec.state.value
-    held = {}
+    held: dict[str, dict[str, int]] = {}
+    nominated: dict[str, dict[str, int]] = {}
     for key in r.scan_iter(match=f"{k.prefix}:held:*"):
         name = text(key)
         if name == k.held_nodes:
             continue
-        held[name.split(":", 2)[2]] = {text(j): json.loads(v)["gpus"] for j, v in r.hgetall(key).items()}
+        node = name.split(":", 2)[2]
+        for hold, value in r.hgetall(key).items():
+            v = json.loads(value)
+            into = nominated if v["nominated"] else held
+            job = text(hold).split(":", 1)[0]
+            into.setdefault(node, {})[job] = into.get(node, {}).get(job, 0) + v["gpus"]
+    extra = {"nominated": nominated} if nominated else {}
     return {
+        **extra,
         "index": {s: ids for s, ids in index.items() if ids},
         "records": records,
         "held": held,

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from planner.decide import decide
 from producer import Client
 from tests.worker.helpers import drain, empty_queue, event_reasons, hb, queued_functions, request, whole_state
 from worker import constants as C
@@ -70,9 +69,13 @@ def test_waiting_is_placed_by_the_heartbeat_that_frees_its_card_and_nothing_else
     # busy is not unfit: it waits for the card rather than running on the free CPU node
     assert rec.state is JobState.WAITING and rec.option is not None and not rec.option.cpu
     assert rec.reason == (
-        "waiting for 1 × h100-80g for Meta-Llama-3-8B-Instruct-BF16.gguf: 1 node(s) have the "
-        "cards, 0 of the 1 needed have 1 free now"
+        "waiting for 1 × h100-80g for Meta-Llama-3-8B-Instruct-BF16.gguf: 1 node(s) could hold it; "
+        "gpu-1 lacks 1 card(s)"
     )
+    [replica] = rec.replicas
+    assert replica.state == "waiting" and replica.wait is not None
+    assert (replica.wait.kind, replica.wait.nodes, replica.wait.missing) == ("resources", ("gpu-1",), {"gpu-1": 1})
+    assert replica.wait.option == rec.option
     # heartbeats that free nothing (the CPU node, the same busy card) queue no pass and place nothing
     client.heartbeat(hb("cpu-1", "", host=512, seq=2))
     client.heartbeat(hb("gpu-1", "h100-80g", gpus=1, free=0, seq=2))
@@ -110,7 +113,7 @@ def test_release_places_a_waiting_job(client: Client) -> None:
         "held": {"gpu-1": {second: 1}},
         "held_nodes": ["gpu-1"],
     }
-    with pytest.raises(WrongState, match="is released: release applies only to placed jobs"):
+    with pytest.raises(WrongState, match="is released: release applies only to placed or waiting jobs"):
         client.release(first)
 
 
@@ -142,8 +145,8 @@ def test_a_silent_node_sends_its_jobs_back_through_planning(client: Client, monk
     assert [n.id for n in client.pool().nodes] == ["gpu-2"]
     done = maintenance.sweep(client.store, force=True)
     assert done["node_silent"] == 1
-    requeued = client.get(job)
-    assert (requeued.state, requeued.reason) == (JobState.QUEUED, "node gpu-1 went silent")
+    lost = client.get(job)
+    assert (lost.state, lost.reason, lost.replicas[0].state) == (JobState.WAITING, "node gpu-1 went silent", "waiting")
     drain(client)
     rec = client.get(job)
     assert rec.state is JobState.PLACED and [p.node_id for p in rec.placement] == ["gpu-2"]
@@ -199,9 +202,9 @@ def test_cards_freed_while_a_job_is_planned_into_waiting_still_wake_it(client: C
     snap = client.store.snapshot()  # the card is busy in this snapshot
     client.heartbeat(hb("gpu-1", gpus=1, free=1, seq=2))
     drain(client)  # the wake-up pass runs before the job is waiting: it finds nothing
-    d = decide(rec.request.artifacts, rec.request.shape, snap.nodes, rec.request.context)
-    assert d.outcome == "waiting"
-    code, new = planning.commit(client.store, rec, d, snap)
+    plan = planning.plan_for(rec, snap)
+    assert plan.outcome == "waiting"
+    code, new = planning.commit(client.store, rec, planning.change_for(rec, plan), snap)
     assert code == "ok" and new is not None and new.state is JobState.WAITING
     assert queued_functions(client) == ["worker.jobs.wake_pass"]
     drain(client)
@@ -215,12 +218,13 @@ def test_a_card_taken_outside_modelplan_stays_taken(client: Client) -> None:
     drain(client)
     assert (client.get(first).state, client.get(second).state) == (JobState.PLACED, JobState.WAITING)
     # the agent now shows the first job on its card and lists it as started: still nothing free
-    client.heartbeat(hb("gpu-1", gpus=2, free=0, seq=2, started=(first,)))
+    started = tuple(r.hold_id for r in client.get(first).placement)
+    client.heartbeat(hb("gpu-1", gpus=2, free=0, seq=2, started=started))
     drain(client)
     assert client.get(second).state is JobState.WAITING
     assert [n.free_gpus for n in client.pool().nodes] == [0]
     # the outside process ends: its card is free for the second job
-    client.heartbeat(hb("gpu-1", gpus=2, free=1, seq=3, started=(first,)))
+    client.heartbeat(hb("gpu-1", gpus=2, free=1, seq=3, started=started))
     drain(client)
     assert client.get(second).state is JobState.PLACED
     assert whole_state(client)["held"] == {"gpu-1": {first: 1, second: 1}}
@@ -245,7 +249,7 @@ def test_cancel_and_its_limits(client: Client) -> None:
     job = client.submit(request())
     drain(client)
     assert client.cancel(job).state is JobState.CANCELLED
-    assert client.redis.hget(client.keys.waiting_for, job) is None
+    assert client.redis.hget(client.keys.pending_for, job) is None
     assert client.redis.ttl(client.keys.job(job)) > 0
     with pytest.raises(WrongState, match="is cancelled: cancel applies only to queued, planning or waiting jobs"):
         client.cancel(job)
@@ -318,13 +322,13 @@ def test_two_plans_from_one_snapshot_cannot_both_take_the_card(client: Client) -
     jobs = [client.submit(request()) for _ in range(2)]
     empty_queue(client)
     claimed = [planning.claim(client.store, j, f"w{i}") for i, j in enumerate(jobs)]
-    snap = client.store.snapshot()
+    snaps = [client.store.snapshot() for _ in claimed]  # two workers, one moment
     results = []
-    for rec in claimed:
+    for rec, snap in zip(claimed, snaps, strict=True):
         assert rec is not None
-        d = decide(rec.request.artifacts, rec.request.shape, snap.nodes, rec.request.context)
-        assert d.outcome == "placed"
-        results.append(planning.commit(client.store, rec, d, snap)[0])
+        plan = planning.plan_for(rec, snap)
+        assert plan.outcome == "placed"
+        results.append(planning.commit(client.store, rec, planning.change_for(rec, plan), snap)[0])
     assert results == ["ok", "full"]
     # the loser plans again from a fresh snapshot and waits
     loser = client.get(jobs[1])
