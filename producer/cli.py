@@ -137,6 +137,13 @@ def cmd_scale(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from producer import demo
+
+    demo.run(args.redis_url)
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     client = _client(args)
     live = [r for s in (JobState.PLANNING, JobState.QUEUED, JobState.WAITING, JobState.PLACED) for r in client.jobs(s)]
@@ -224,6 +231,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("job_id")
     p.add_argument("replicas", type=int)
     p.set_defaults(func=cmd_scale)
+
+    p = sub.add_parser("demo", help="the whole flow on a small cluster, on an embedded Redis unless a URL is given")
+    p.add_argument("--redis-url", help=f"run on this Redis instead (default: ${REDIS_URL_ENV}, else embedded)")
+    p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("status", parents=[redis_args], help="the pool and the jobs at a glance")
     p.set_defaults(func=cmd_status)

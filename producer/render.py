@@ -69,35 +69,71 @@ def job_text(rec: JobRecord) -> str:
     return "\n".join(lines)
 
 
+CARD_GLYPHS = {"reserved": "█", "held": "▓", "busy": "▒", "free": "░"}
+"""How a card is drawn: reserved by a placed job, held for the waiting job at the head of its class,
+busy with something outside modelplan, or free."""
+
+
+def node_cards(snap: Snapshot, node_id: str) -> dict[str, int]:
+    """A node's cards by what they are doing: reserved, held (for a waiting job), busy, free."""
+    rec = snap.records[node_id]
+    holds = snap.held.get(node_id, {})
+    reserved = sum(h.gpus for h in holds.values() if not h.nominated)
+    held = sum(h.gpus for h in holds.values() if h.nominated)
+    started = sum(h.gpus for hid, h in holds.items() if hid in rec.started and not h.nominated)
+    # what the agent reports in use, less what modelplan's started replicas account for
+    busy = max(0, rec.gpus - rec.free_gpus - started)
+    busy = min(busy, rec.gpus - reserved - held)
+    free = max(0, rec.gpus - reserved - held - busy)
+    return {"reserved": reserved, "held": held, "busy": busy, "free": free}
+
+
+def pool_picture(snap: Snapshot) -> str:
+    """Each node as a row of cards, with its RAM."""
+    if not snap.records:
+        return "no node in the pool"
+    legend = "  ".join(f"{g} {name}" for name, g in CARD_GLYPHS.items())
+    rows = []
+    for node_id in sorted(snap.records):
+        rec = snap.records[node_id]
+        cards = node_cards(snap, node_id)
+        drawn = "".join(CARD_GLYPHS[k] * n for k, n in cards.items()) or "(no cards)"
+        ram_held = sum(h.host_gb for h in snap.held.get(node_id, {}).values())
+        ram = f"RAM {rec.host_free_gb}/{rec.host_mem_gb} GiB free" + (f", {ram_held:.1f} reserved" if ram_held else "")
+        what = f"{rec.gpus} × {rec.gpu_class}" if rec.gpu_class else "CPU node"
+        fabric = f" on {rec.fabric}" if rec.fabric else ""
+        rows.append((node_id, what + fabric, drawn, ram))
+    return _table(rows) + "\n" + legend
+
+
+def job_row(rec: JobRecord) -> list[str]:
+    """One job: its id, state, model, and where each replica runs (or what it waits for)."""
+    parts = [rec.job_id, rec.state.value, rec.request.model]
+    for rep in rec.replicas:
+        if rep.placement:
+            nodes = ",".join(r.node_id for r in rep.placement)
+            where = rep.option.label if rep.option else "?"
+            tag = " (fallback)" if rep.state == "fallback" else ""
+            verb = "ran" if rec.state.final else "runs"
+            artifact = rep.option.artifact if rep.option else "?"
+            parts.append(f"{verb} {artifact} on {where} at {nodes}{tag}")
+        elif rec.option is not None:
+            parts.append(f"waits for {rec.option.label}" + (f" [{rep.wait.kind}]" if rep.wait else ""))
+    if not rec.replicas and rec.reason:
+        parts.append(rec.reason if len(rec.reason) <= 100 else rec.reason[:97] + "...")
+    return [parts[0], parts[1], parts[2], "; ".join(parts[3:])]
+
+
 def status_text(snap: Snapshot, counts: dict[str, int], jobs: Sequence[JobRecord]) -> str:
-    """The pool and the jobs at a glance."""
-    out = [f"{len(snap.records)} node(s) in the pool"]
-    if snap.records:
-        rows = [("node", "class", "fabric", "cards free/all", "held", "free for plans", "RAM free/all GiB")]
-        by_id = {n.id: n for n in snap.nodes}
-        for node_id in sorted(snap.records):
-            node = snap.records[node_id]
-            held = sum(h.gpus for h in snap.held.get(node_id, {}).values())
-            rows.append(
-                (
-                    node_id,
-                    node.gpu_class or "(cpu)",
-                    node.fabric or "-",
-                    f"{node.free_gpus}/{node.gpus}",
-                    str(held),
-                    str(by_id[node_id].free_gpus),
-                    f"{node.host_free_gb}/{node.host_mem_gb}",
-                )
-            )
-        out.append(_table(rows))
+    """The pool drawn as cards, then the jobs at a glance."""
+    out = [f"{len(snap.records)} node(s) in the pool", pool_picture(snap)]
     out.append("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if any(counts.values()) else "no jobs")
-    for rec in jobs:
-        where = rec.option.label if rec.option else "-"
-        nodes = ",".join(r.node_id for r in rec.placement) or "-"
-        out.append(f"  {rec.job_id}  {rec.state.value:8}  {where}  {nodes}  {rec.request.model}")
+    out += [_table([job_row(r) for r in jobs])] if jobs else []
     return "\n".join(out)
 
 
 def _table(rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    width = max(len(r) for r in rows)
+    rows = [list(r) + [""] * (width - len(r)) for r in rows]
+    widths = [max(len(r[c]) for r in rows) for c in range(width)]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows)

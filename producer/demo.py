@@ -1,0 +1,105 @@
+"""``modelplan demo``: the whole flow on a small mixed cluster, step by step.
+
+With no Redis URL it runs on an embedded Redis (fakeredis, in this process); with ``--redis-url`` or
+``MODELPLAN_REDIS_URL`` it runs on that Redis under its own prefix. A worker plans in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+from rq import SimpleWorker
+from rq.serializers import JSONSerializer
+
+from producer.client import Client, request_from_listing
+from producer.render import pool_picture, status_text
+from worker.config import REDIS_URL_ENV, connect
+from worker.records import JobState
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
+DEMO_PREFIX = "modelplan-demo"
+"""The demo's keys on a real Redis: apart from a live cluster's, and cleared when the demo starts."""
+
+
+def _heartbeat(node_id: str, gpu_class: str, gpus: int, free: int, host: int, seq: int, **kw: Any) -> dict[str, Any]:
+    return {
+        "node_id": node_id,
+        "gpu_class": gpu_class,
+        "gpus": gpus,
+        "free_gpus": free,
+        "host_mem_gb": host,
+        "host_free_gb": host,
+        "seq": seq,
+        "boot_id": "demo",
+        **kw,
+    }
+
+
+def _request(model: str, name: str, **kw: Any) -> Any:
+    d = EXAMPLES / model
+    index = d / "model.safetensors.index.json"
+    return request_from_listing(
+        json.loads((d / "files.json").read_text()),
+        json.loads((d / "config.json").read_text()),
+        json.loads(index.read_text()) if index.exists() else None,
+        model=name,
+        **kw,
+    )
+
+
+def _client(url: str | None) -> tuple[Client, str]:
+    url = url or os.environ.get(REDIS_URL_ENV)
+    if not url:
+        import fakeredis
+
+        return Client(fakeredis.FakeRedis(), DEMO_PREFIX), "an embedded Redis (fakeredis, in this process)"
+    client = Client(connect(url), DEMO_PREFIX, url=url)
+    for key in client.redis.scan_iter(match=f"{DEMO_PREFIX}:*"):
+        client.redis.delete(key)
+    client.redis.delete(f"rq:queue:{DEMO_PREFIX}")
+    return client, f"Redis at {client._url}, prefix {DEMO_PREFIX}"
+
+
+def run(url: str | None = None, say: Callable[[str], None] = print) -> dict[str, str]:
+    """Run the demo; returns each job's final state by name."""
+    client, where = _client(url)
+    r: redis.Redis = client.redis
+
+    def work() -> None:
+        SimpleWorker([client.store.queue], connection=r, serializer=JSONSerializer).work(
+            burst=True, logging_level="WARNING"
+        )
+
+    def show(title: str) -> None:
+        jobs = [rec for s in JobState for rec in client.jobs(s)]
+        say(f"\n== {title}\n{status_text(client.pool(), client.counts(), jobs)}")
+
+    say(f"modelplan demo on {where}")
+    client.heartbeat(_heartbeat("gpu-a", "h100-80g", 1, 1, 256, 1))
+    client.heartbeat(_heartbeat("gpu-b", "h100-80g", 1, 0, 256, 1))  # its card is in use outside modelplan
+    client.heartbeat(_heartbeat("cpu-a", "", 0, 0, 128, 1))
+    say("\n== 1. Three nodes report: gpu-a's card is free, gpu-b's is in use by something else, cpu-a has RAM")
+    say(pool_picture(client.pool()))
+
+    jobs = {
+        "llama-8b": client.submit(_request("llama-3.1-8b-instruct", "Llama-3.1-8B-Instruct", context=8192)),
+        "qwen-7b": client.submit(_request("qwen2.5-7b-instruct", "Qwen2.5-7B-Instruct", context=8192)),
+        "llama-8b-gguf": client.submit(_request("llama-3-8b-gguf", "Llama-3-8B-GGUF", context=8192, fallback=True)),
+    }
+    work()
+    show(
+        "2. Three serve requests are planned: Llama on gpu-a's free card; Qwen waits for a card (not the "
+        "CPU); the GGUF asked for a fallback, so it runs on the CPU while it waits"
+    )
+    client.heartbeat(_heartbeat("gpu-b", "h100-80g", 1, 1, 256, 2))
+    work()
+    show("3. gpu-b's card frees: its heartbeat wakes the waiting jobs, and Qwen (first in line) is placed there")
+    client.release(jobs["llama-8b"])
+    work()
+    show("4. Llama is released: the GGUF moves from the CPU onto gpu-a's card in one step")
+    return {name: client.get(job_id).state.value for name, job_id in jobs.items()}
