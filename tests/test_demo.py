@@ -9,6 +9,7 @@ from pathlib import Path
 import redis
 
 from producer import demo
+from worker.scripts import text
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = {"llama-8b": "released", "qwen-7b": "placed", "llama-8b-gguf": "placed"}
@@ -32,7 +33,7 @@ def test_the_demo_on_a_real_redis_keeps_to_its_prefix(redis_url: str, r: redis.R
     r.set("someone-else:key", "kept")
     assert demo.run(redis_url, lambda _: None) == EXPECTED
     assert demo.run(redis_url, lambda _: None) == EXPECTED  # again: it starts from a clean slate
-    names = {k.decode() for k in r.keys("*")}
+    names = {text(k) for k in r.keys("*")}
     assert "someone-else:key" in names
     assert all(n.startswith((f"{demo.DEMO_PREFIX}:", "rq:", "someone-else:")) for n in names)
 
