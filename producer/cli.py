@@ -21,10 +21,13 @@ from planner import (
     repository_from_folder,
     repository_from_listing,
 )
+from producer import agent
 from producer.client import Client, request_from_repository
+from producer.hub import looks_like_repo_id, resolve
 from producer.render import job_text, options_table, status_text
 from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
+from worker.keys import Keys
 from worker.records import JobState, parse_heartbeat
 
 
@@ -39,9 +42,14 @@ def _read_json(path: str, what: str) -> Any:
         raise InvalidInput(path, what, f"not JSON: {e}") from e
 
 
-def load_repository(args: argparse.Namespace) -> Repository:
-    """The repository a command names: a local folder, or a listing with its config."""
+def load_repository(args: argparse.Namespace, client: Client | None = None) -> Repository:
+    """The repository a command names: a local folder, a Hub repository (``org/name``, cached in Redis
+    when the command has a client), or a listing with its config."""
     if args.repo:
+        if not Path(args.repo).is_dir() and looks_like_repo_id(args.repo):
+            return resolve(
+                args.repo, args.revision, cache=client.redis if client else None, keys=client.keys if client else Keys()
+            )
         return repository_from_folder(args.repo)
     if not (args.files and args.config):
         raise InvalidInput("arguments", "--files/--config", "give both --files and --config, or --repo DIR")
@@ -101,7 +109,8 @@ def cmd_heartbeat(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    repo = load_repository(args)
+    client = _client(args)
+    repo = load_repository(args, client)
     model = args.model or args.repo or str(Path(args.files).parent.name)
     req = request_from_repository(
         repo,
@@ -112,7 +121,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         replicas=args.replicas,
         fallback=args.fallback,
     )
-    print(_client(args).submit(req, args.job_id))
+    print(client.submit(req, args.job_id))
     return 0
 
 
@@ -155,7 +164,12 @@ def _add_repository_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--files", metavar="FILES.json", help='the file listing: a JSON list of {"path", "size"}')
     p.add_argument("--config", metavar="CONFIG.json", help="the model's config.json")
     p.add_argument("--index", metavar="INDEX.json", help="model.safetensors.index.json, for the parameter count")
-    p.add_argument("--repo", metavar="DIR", help="a local folder holding the repository (a downloaded snapshot)")
+    p.add_argument(
+        "--repo",
+        metavar="DIR|ORG/NAME",
+        help="a local folder holding the repository (a downloaded snapshot), or a Hugging Face Hub id",
+    )
+    p.add_argument("--revision", default="main", help="with --repo ORG/NAME: the Hub revision (default main)")
     p.add_argument(
         "--context",
         type=int,
@@ -197,8 +211,8 @@ def parser() -> argparse.ArgumentParser:
         "--started",
         action="append",
         default=[],
-        metavar="JOB_ID",
-        help="a placed job whose cards this report already counts as used (repeatable)",
+        metavar="HOLD_ID",
+        help="a hold ({job}:{replica}:{version}) whose cards this report already counts as used (repeatable)",
     )
     p.set_defaults(func=cmd_heartbeat)
 
@@ -232,6 +246,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("replicas", type=int)
     p.set_defaults(func=cmd_scale)
 
+    p = sub.add_parser("agent", help="this node's agent: heartbeats, and placed replicas handed to a starter")
+    agent.add_arguments(p)
+    p.set_defaults(func=agent.run_from_args)
+
     p = sub.add_parser("demo", help="the whole flow on a small cluster, on an embedded Redis unless a URL is given")
     p.add_argument("--redis-url", help=f"run on this Redis instead (default: ${REDIS_URL_ENV}, else embedded)")
     p.set_defaults(func=cmd_demo)
@@ -243,7 +261,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.command != "worker":
+    if args.command not in ("worker", "agent"):
         # a command's output is its answer: its log lines (warnings and worse) go to standard error
         configure_logging("WARNING", sys.stderr)
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -38,7 +38,7 @@ from worker.records import (
     utcnow,
 )
 from worker.scripts import text
-from worker.store import Snapshot, Store, now_ms
+from worker.store import Held, Snapshot, Store, now_ms
 
 T = TypeVar("T")
 
@@ -211,6 +211,14 @@ class Client:
     def pool(self) -> Snapshot:
         """The live nodes with what each reports and what placed jobs hold on it."""
         return self._call(self.store.snapshot)
+
+    def held_on(self, node_id: str) -> dict[str, Held]:
+        """What is held on a node, by hold id: placed replicas' reservations and nominations."""
+        return self._call(lambda: self.store.held_on(node_id))
+
+    def records(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
+        """The records of several jobs in one round trip (None for an id with no record)."""
+        return self._call(lambda: self.store.jobs(job_ids))
 
     def counts(self) -> dict[str, int]:
         """How many jobs are in each state."""

@@ -12,14 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import redis
-from rq import SimpleWorker
-from rq.serializers import JSONSerializer
-
 from producer.client import Client, request_from_listing
 from producer.render import pool_picture, status_text
 from worker.config import REDIS_URL_ENV, connect
 from worker.records import JobState
+from worker.runner import drain
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
 DEMO_PREFIX = "modelplan-demo"
@@ -68,12 +65,9 @@ def _client(url: str | None) -> tuple[Client, str]:
 def run(url: str | None = None, say: Callable[[str], None] = print) -> dict[str, str]:
     """Run the demo; returns each job's final state by name."""
     client, where = _client(url)
-    r: redis.Redis = client.redis
 
     def work() -> None:
-        SimpleWorker([client.store.queue], connection=r, serializer=JSONSerializer).work(
-            burst=True, logging_level="WARNING"
-        )
+        drain(client.store)
 
     def show(title: str) -> None:
         jobs = [rec for s in JobState for rec in client.jobs(s)]

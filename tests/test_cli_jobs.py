@@ -108,8 +108,11 @@ def test_the_whole_flow_from_the_command_line(redis_url: str, capsys: pytest.Cap
     assert main(["status", *url]) == 0
     status = capsys.readouterr().out.splitlines()
     assert status[0] == "1 node(s) in the pool"
-    assert status[2].split() == ["gpu-1", "h100-80g", "-", "1/1", "1", "0", "200/256"]
+    # the agent shows the card free (it has not started the job): drawn as reserved, not free
+    assert status[1].split() == ["gpu-1", "1", "×", "h100-80g", "█", "RAM", "200/256", "GiB", "free"]
+    assert status[2] == "█ reserved  ▓ held  ▒ busy  ░ free"
     assert "jobs: 1 placed" in status
+    assert status[4].split()[:3] == ["job-1", "placed", "meta-llama/Llama-3.1-8B-Instruct"]
     assert main(["release", *url, "job-1"]) == 0
     assert capsys.readouterr().out.startswith("job job-1: released")
     assert main(["scale", *url, "job-1", "2"]) == 2

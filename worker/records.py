@@ -20,7 +20,7 @@ from worker.keys import HOLD_PATTERN
 
 SCHEMA_VERSION = 1
 MAX_STARTED = 4096
-"""How many job ids one heartbeat may list as started: far past the cards of any node."""
+"""How many hold ids one heartbeat may list as started: far past the cards of any node."""
 MAX_REPLICAS = 256
 """How many replicas one job may ask for."""
 MAX_ARTIFACTS = 1000

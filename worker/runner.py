@@ -20,6 +20,24 @@ from worker.store import Store
 log = structlog.get_logger("modelplan.worker")
 
 
+class InProcessWorker(SimpleWorker):
+    """A SimpleWorker for draining the queue in this process (the demo, tests): it listens on no command
+    channel, whose thread otherwise costs a second to stop after each drain."""
+
+    def subscribe(self) -> None:
+        self.pubsub_thread = None
+
+    def unsubscribe(self) -> None:
+        return None
+
+
+def drain(store: Store) -> None:
+    """Run every planning job queued now, in this process, as ``modelplan worker --burst`` does."""
+    InProcessWorker([store.queue], connection=store.redis, serializer=JSONSerializer).work(
+        burst=True, logging_level="WARNING"
+    )
+
+
 def worker_name() -> str:
     """Unique per process, readable in records: host, pid and a short random tail."""
     return f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:6]}"

@@ -6,10 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rq import SimpleWorker
-from rq.serializers import JSONSerializer
-
 from producer import Client, request_from_listing
+from worker import runner
 from worker.records import JobState, ServeRequest
 from worker.scripts import text
 
@@ -58,9 +56,7 @@ def request(model: str = "llama-3.1-8b-instruct", context: int = 8192, **kw: Any
 
 def drain(client: Client) -> None:
     """Run every queued RQ job in this process, as ``modelplan worker --burst`` does."""
-    SimpleWorker([client.store.queue], connection=client.redis, serializer=JSONSerializer).work(
-        burst=True, logging_level="WARNING"
-    )
+    runner.drain(client.store)
 
 
 def queued_functions(client: Client) -> list[str]:

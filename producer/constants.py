@@ -1,0 +1,39 @@
+"""Every threshold, path and bound the client side works with, each with its reason."""
+
+from __future__ import annotations
+
+MIB = 1 << 20
+"""Bytes in a MiB: NVML reports bytes, nvidia-smi MiB; the agent counts in MiB."""
+
+FREE_CARD_USED_MIB = 1024
+"""A card with no compute process is free only while less than this is used on it. NVML counts the
+driver's own reservation as used: 615 MiB on an idle H200 (nvidia-smi shows 0). A CUDA context alone adds
+518-612 MiB and an engine tens of GiB, so any process pushes NVML's figure past 1 GiB (measured on an H200:
+1235 MiB with a bare PyTorch context); nvidia-smi shows such a process at 621 MiB, under this, and its
+process list is what tells. The threshold also catches what the process list cannot show: processes in
+other containers."""
+
+SMI_TIMEOUT_S = 4.0
+"""How long one nvidia-smi call may run: a wedged driver can hang it, and a reading takes two calls, so two
+of these plus the heartbeat interval (5 s) stay inside the node's 15 s TTL. A healthy call takes well
+under a second (both took 0.05 s on a one-card H200), a few seconds without persistence mode on many
+cards."""
+
+SMI = "nvidia-smi"
+SMI_CARDS_ARGS = (
+    "--query-gpu=index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu",
+    "--format=csv,noheader,nounits",
+)
+SMI_APPS_ARGS = ("--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader,nounits")
+"""What the agent asks nvidia-smi when NVML is missing: the cards, then the compute processes (MiB)."""
+
+MEMINFO_PATH = "/proc/meminfo"
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+"""Linux's id of the current boot: it changes when the node restarts, and only then."""
+
+LLAMACPP_ALL_LAYERS = 999
+"""``-ngl`` for "every layer on the cards": past the layer count of any model."""
+
+CLASS_MODEL_MAX_CHARS = 100
+"""The longest card model part of a derived class label; with ``-<GiB>g`` it stays well inside the 128
+characters an id may have."""

@@ -1,0 +1,417 @@
+"""A Hugging Face Hub repository (``org/name`` at a revision) as the planner's ``Repository``.
+
+What the planner needs of a repository is its file listing (paths and sizes), its ``config.json`` and,
+where there is one, its ``model.safetensors.index.json``. ``resolve`` asks the Hub for them through
+``huggingface_hub`` and caches them in Redis under ``Keys.hub`` for ``HUB_CACHE_TTL_S``, so that a thousand
+jobs for one model ask the Hub once. ``huggingface_hub`` is imported only on a cache miss: a producer
+without it still uses what another one cached.
+
+Many callers missing the cache at once (a batch submitting one new model) do not all ask the Hub: the first
+takes a short lock (``Keys.lock``) and asks; the others look at the cache every ``HUB_LOCK_POLL_S`` and,
+past ``HUB_LOCK_WAIT_S``, ask the Hub themselves. A holder that fails lets go of the lock at once, and one
+that dies loses it after ``HUB_LOCK_TTL_S``; either way a waiter pays a wait, never a failure of its own.
+
+    from producer.hub import resolve
+    repo = resolve("meta-llama/Llama-3.1-8B-Instruct", cache=client.redis, keys=client.keys)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import json
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import redis
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from planner.errors import InvalidInput
+from planner.repository import MAX_FILE_BYTES, Repository, parse_listing, repository_from_listing
+from producer.errors import HubClientMissing, HubError, HubRepoNotFound, HubUnavailable
+from worker.errors import RedisUnavailable
+from worker.keys import ID_PATTERN, Keys
+from worker.records import utcnow
+
+HUB_CACHE_TTL_S = 3600
+"""How long a resolved repository is cached: listings change rarely, and a new upload shows within the
+hour."""
+
+HUB_REQUEST_TIMEOUT_S = 10.0
+"""How long one request to the Hub may take (the listing, then each small JSON file): far past a normal
+answer, short enough that an offline caller hears so within seconds."""
+
+HUB_LOCK_TTL_S = 30
+"""How long the lock of one resolve lives: past the three requests a resolve makes, so a live holder keeps
+it; a holder that died frees it within this."""
+
+HUB_LOCK_WAIT_S = 15.0
+"""How long a caller waits for another's resolve to land in the cache before asking the Hub itself."""
+
+HUB_LOCK_POLL_S = 0.1
+"""How often a waiting caller looks at the cache: one GET each time; a resolve takes about a second."""
+
+CONFIG_FILE = "config.json"
+INDEX_FILE = "model.safetensors.index.json"
+
+REPO_ID_PATTERN = re.compile(r"(?P<org>[A-Za-z0-9][A-Za-z0-9._-]{0,95})/(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,95})")
+"""A Hub repository id: ``org/name``, each letters, digits, ``.``, ``_``, ``-``, starting with a letter or
+digit, up to 96 (the Hub's own limit); ``..`` nowhere."""
+
+
+def looks_like_repo_id(text: str) -> bool:
+    """Whether ``text`` has the form of a Hub repository id (``org/name``); the CLI asks this of a
+    ``--repo`` value that is not a local folder."""
+    return isinstance(text, str) and REPO_ID_PATTERN.fullmatch(text) is not None and ".." not in text
+
+
+def check_repo_id(repo_id: str) -> str:
+    """``repo_id`` if it names a Hub repository, else ``InvalidInput`` saying what is allowed."""
+    if not looks_like_repo_id(repo_id):
+        shown = repr(repo_id) if len(repr(repo_id)) <= 80 else repr(repo_id)[:77] + "..."
+        raise InvalidInput(
+            "--repo",
+            "repo_id",
+            f"{shown} is not a Hugging Face Hub repository: org/name, each letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit, up to 96, no '..'",
+        )
+    return repo_id
+
+
+def check_revision(revision: str) -> str:
+    """``revision`` if it can name a cache key, else ``InvalidInput`` saying what is allowed."""
+    if not isinstance(revision, str) or not ID_PATTERN.fullmatch(revision):
+        shown = repr(revision) if len(repr(revision)) <= 80 else repr(revision)[:77] + "..."
+        raise InvalidInput(
+            "--revision",
+            "revision",
+            f"{shown} is not supported: a branch, tag or commit of letters, digits, '.', '_' and '-' "
+            "(no '/'), starting with a letter or digit, up to 128",
+        )
+    return revision
+
+
+# --- what the Hub is asked ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HubListing:
+    """A repository's files at one commit: ``files`` as ``[{"path", "size"}]`` (other keys and folders, as
+    ``{"type": "directory"}``, are left out when read)."""
+
+    commit: str
+    files: Sequence[Mapping[str, Any]]
+
+
+class HubClient(Protocol):
+    """What ``resolve`` needs of the Hub; ``HfHubClient`` is the real one, tests give a stub.
+
+    Either method raises ``HubRepoNotFound`` when the Hub says the repository or revision is not there
+    for this caller, and ``HubUnavailable`` (or any ``OSError``: ``ConnectionError``, ``TimeoutError``)
+    when the Hub cannot be asked.
+    """
+
+    def list_files(self, repo_id: str, revision: str) -> HubListing:
+        """Every file of the repository at ``revision``, with its size, and the commit that revision is."""
+        ...
+
+    def read_json(self, repo_id: str, filename: str, revision: str) -> Any:
+        """The JSON data of one file of the repository at ``revision`` (``resolve`` passes the commit that
+        ``list_files`` reported), or None when it has no such file."""
+        ...
+
+
+class HfHubClient:
+    """``HubClient`` over ``huggingface_hub``: ``HfApi.model_info`` with file sizes for the listing (one
+    request, which also tells the commit, so the JSON files are read from that same commit), and
+    ``hf_hub_download`` for the JSON files (kept in the Hub's own cache on disk, ``cache_dir`` or
+    ``HF_HOME``). The token is ``HF_TOKEN`` or the saved login unless one is given.
+
+    Raises ``ImportError`` when ``huggingface_hub`` is not installed.
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        endpoint: str | None = None,
+        cache_dir: str | None = None,
+        timeout: float = HUB_REQUEST_TIMEOUT_S,
+    ) -> None:
+        # Imported by name, not by an import statement: the package is optional, and mypy checks this
+        # module the same whether it is installed or not.
+        self._hub: Any = importlib.import_module("huggingface_hub")
+        self._errors: Any = importlib.import_module("huggingface_hub.errors")
+        self._api: Any = self._hub.HfApi(endpoint=endpoint, token=token)
+        self._token = token
+        self._endpoint = endpoint
+        self._cache_dir = cache_dir
+        self._timeout = timeout
+        # The HTTP library's own errors (requests before huggingface_hub 1.0, httpx after) are the bases of
+        # the Hub's HTTP error; connection failures and timeouts are raised as those, not as OSError.
+        self._transport: tuple[type[BaseException], ...] = tuple(
+            c
+            for c in self._errors.HfHubHTTPError.__mro__
+            if c.__module__.partition(".")[0] not in ("builtins", "huggingface_hub")
+        )
+
+    def list_files(self, repo_id: str, revision: str) -> HubListing:
+        try:
+            info = self._api.model_info(repo_id, revision=revision, files_metadata=True, timeout=self._timeout)
+        except Exception as e:
+            ours = self._ours(e, repo_id, revision)
+            if ours is None:
+                raise
+            raise ours from e
+        files = [{"path": s.rfilename, "size": _sibling_size(s)} for s in info.siblings or ()]
+        return HubListing(commit=info.sha or revision, files=files)
+
+    def read_json(self, repo_id: str, filename: str, revision: str) -> Any:
+        try:
+            path = self._hub.hf_hub_download(
+                repo_id,
+                filename,
+                revision=revision,
+                token=self._token,
+                endpoint=self._endpoint,
+                cache_dir=self._cache_dir,
+                etag_timeout=self._timeout,
+            )
+        except Exception as e:
+            errors = self._errors
+            if isinstance(e, errors.EntryNotFoundError) and not isinstance(e, errors.LocalEntryNotFoundError):
+                return None
+            ours = self._ours(e, repo_id, revision)
+            if ours is None:
+                raise
+            raise ours from e
+        try:
+            return json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InvalidInput(f"{repo_id}@{revision}", filename, f"not JSON: {e}") from e
+
+    def _ours(self, e: Exception, repo_id: str, revision: str) -> HubError | None:
+        """The error of ours that a ``huggingface_hub`` error means; None for one that is not about the Hub."""
+        errors = self._errors
+        if isinstance(e, errors.GatedRepoError):
+            return HubRepoNotFound(repo_id, revision, "gated")
+        if isinstance(e, errors.RepositoryNotFoundError):
+            return HubRepoNotFound(repo_id, revision, "missing")
+        if isinstance(e, errors.RevisionNotFoundError):
+            return HubRepoNotFound(repo_id, revision, "revision")
+        if isinstance(e, getattr(errors, "DisabledRepoError", ())):
+            return HubRepoNotFound(repo_id, revision, "disabled")
+        if isinstance(e, errors.OfflineModeIsEnabled):
+            return HubUnavailable(repo_id, revision, "HF_HUB_OFFLINE is set")
+        if isinstance(e, errors.LocalEntryNotFoundError) and isinstance(e.__cause__, Exception):
+            # hf_hub_download reports a failed request as "not in the local cache", caused by the real one.
+            return self._ours(e.__cause__, repo_id, revision) or HubUnavailable(repo_id, revision, _named(e.__cause__))
+        status = getattr(getattr(e, "response", None), "status_code", None)
+        if isinstance(e, errors.HfHubHTTPError) and isinstance(status, int):
+            token = "; check HF_TOKEN" if status in (401, 403) else ""
+            return HubUnavailable(repo_id, revision, f"the Hub answered {status}: {_first_line(e)}{token}")
+        if isinstance(e, (OSError, *self._transport)):
+            return HubUnavailable(repo_id, revision, _named(e))
+        return None
+
+
+def _sibling_size(sibling: Any) -> int:
+    size = sibling.size
+    if size is None and sibling.lfs is not None:
+        size = getattr(sibling.lfs, "size", None)
+    return int(size or 0)
+
+
+def _named(e: BaseException) -> str:
+    return f"{type(e).__name__}: {_first_line(e)}"
+
+
+def _first_line(e: BaseException) -> str:
+    line = (str(e).strip().splitlines() or [""])[0]
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+# --- what the cache holds -------------------------------------------------------------------------------
+
+
+class HubFile(BaseModel):
+    """One file of a cached listing."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    path: str = Field(min_length=1, max_length=1024)
+    size: int = Field(ge=0, le=MAX_FILE_BYTES)
+
+
+class HubEntry(BaseModel):
+    """A resolved repository as the cache holds it (``Keys.hub``, JSON): its listing, its ``config.json``,
+    the ``metadata`` of its ``model.safetensors.index.json`` (null without one), the commit the revision
+    was, and when it was fetched."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    repo_id: str
+    revision: str
+    commit: str
+    fetched_at: datetime
+    listing: tuple[HubFile, ...]
+    config: dict[str, Any]
+    index: dict[str, Any] | None = None
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> HubEntry:
+        return cls.model_validate_json(raw)
+
+    def repository(self) -> Repository:
+        return repository_from_listing(
+            [f.model_dump() for f in self.listing], self.config, self.index, source=f"{self.repo_id}@{self.revision}"
+        )
+
+
+# --- resolve --------------------------------------------------------------------------------------------
+
+
+def resolve(
+    repo_id: str,
+    revision: str = "main",
+    *,
+    cache: redis.Redis | None,
+    keys: Keys,
+    hub_client: HubClient | None = None,
+    ttl: int = HUB_CACHE_TTL_S,
+) -> Repository:
+    """The repository ``repo_id`` (``org/name``) at ``revision`` on the Hugging Face Hub.
+
+    A cached entry is used as it is; otherwise the Hub is asked (through ``hub_client``, else
+    ``HfHubClient``), and what it answered is cached for ``ttl`` seconds once the planner has read it
+    without fault. With ``cache`` None the Hub is asked every time.
+
+    Raises ``InvalidInput`` for a malformed ``repo_id`` or ``revision`` (before anything is asked), and for
+    a repository without ``config.json`` or that the planner cannot read; ``HubUnavailable`` (its subclass
+    ``HubClientMissing`` when ``huggingface_hub`` is not installed) when the Hub cannot be asked;
+    ``HubRepoNotFound`` when the repository or revision is missing, private or gated; ``RedisUnavailable``
+    when the cache cannot be reached. Only a resolve that succeeds writes to the cache.
+    """
+    check_repo_id(repo_id)
+    check_revision(revision)
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+        raise InvalidInput("resolve", "ttl", f"must be a whole number of seconds above 0 (given {ttl!r})")
+
+    def fetch() -> HubEntry:
+        return _fetch(repo_id, revision, hub_client)
+
+    if cache is None:
+        return fetch().repository()
+    key = keys.hub(repo_id, revision)
+    lock_name = "hub." + hashlib.sha256(f"{repo_id}@{revision}".encode()).hexdigest()[:32]
+    try:
+        entry = _cached_or_fetched(cache, key, keys.lock(lock_name), fetch, ttl)
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        raise RedisUnavailable(_where(cache), e) from e
+    return entry.repository()
+
+
+def _cached_or_fetched(
+    cache: redis.Redis, key: str, lock_key: str, fetch: Callable[[], HubEntry], ttl: int
+) -> HubEntry:
+    lock = cache.lock(lock_key, timeout=HUB_LOCK_TTL_S)
+    deadline = time.monotonic() + HUB_LOCK_WAIT_S
+    while True:
+        entry = _read(cache, key)
+        if entry is not None:
+            return entry
+        if lock.acquire(blocking=False):
+            try:
+                # The holder before us may have stored it between our read and our lock.
+                entry = _read(cache, key)
+                if entry is None:
+                    entry = fetch()
+                    cache.set(key, entry.to_json(), ex=ttl)
+                return entry
+            finally:
+                # A lock that lapsed while we asked the Hub is no longer ours to release.
+                with contextlib.suppress(redis.exceptions.LockError):
+                    lock.release()
+        if time.monotonic() >= deadline:
+            # The holder is slow or gone: asking twice beats waiting on.
+            entry = fetch()
+            cache.set(key, entry.to_json(), ex=ttl)
+            return entry
+        time.sleep(HUB_LOCK_POLL_S)
+
+
+def _read(cache: redis.Redis, key: str) -> HubEntry | None:
+    raw = cache.get(key)
+    if raw is None:
+        return None
+    try:
+        return HubEntry.from_json(raw)
+    except ValidationError:
+        return None  # another schema or a damaged value: asked for again and overwritten
+
+
+def _fetch(repo_id: str, revision: str, hub_client: HubClient | None) -> HubEntry:
+    """What the Hub holds for the repository, read by the planner once, so that nothing unusable is cached."""
+    source = f"{repo_id}@{revision}"
+    try:
+        hub: HubClient = hub_client if hub_client is not None else HfHubClient()
+    except ImportError as e:
+        raise HubClientMissing(repo_id, revision) from e
+    try:
+        listing = hub.list_files(repo_id, revision)
+        files = parse_listing(list(listing.files), source)
+        present = {f.path for f in files}
+        config = _read_json(hub, repo_id, revision, listing.commit, CONFIG_FILE) if CONFIG_FILE in present else None
+        index = _read_json(hub, repo_id, revision, listing.commit, INDEX_FILE) if INDEX_FILE in present else None
+    except HubError:
+        raise
+    except OSError as e:
+        raise HubUnavailable(repo_id, revision, _named(e)) from e
+    if config is None:
+        raise InvalidInput(
+            source,
+            CONFIG_FILE,
+            "not in the repository: modelplan reads the model's shape from it; give --files FILES.json "
+            "--config CONFIG.json instead",
+        )
+    # Only the index's metadata (its total size) counts; its weight map can run to megabytes.
+    meta = index.get("metadata") if isinstance(index, Mapping) else None
+    repository_from_listing([f.model_dump() for f in files], config, index, source=source)
+    return HubEntry(
+        repo_id=repo_id,
+        revision=revision,
+        commit=listing.commit,
+        fetched_at=utcnow(),
+        listing=tuple(HubFile(path=f.path, size=f.size) for f in files),
+        config=dict(config),
+        index={"metadata": dict(meta)} if isinstance(meta, Mapping) else None,
+    )
+
+
+def _read_json(hub: HubClient, repo_id: str, revision: str, commit: str, filename: str) -> Any:
+    """A file read at the commit the listing came from, so that both are of one upload; an error about
+    it names the revision asked for."""
+    try:
+        return hub.read_json(repo_id, filename, commit)
+    except HubError as e:
+        if e.revision == revision:
+            raise
+        raise e.at(revision) from e
+
+
+def _where(cache: redis.Redis) -> str:
+    """Where the cache is, for a message: no password."""
+    kw = cache.connection_pool.connection_kwargs
+    if "path" in kw:
+        return f"unix://{kw['path']}"
+    return f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
