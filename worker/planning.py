@@ -370,11 +370,11 @@ def requeue(store: Store, job_id: str, reason: str, when: Callable[[JobRecord], 
 
 
 def lose_node(store: Store, job_id: str, node_id: str, reason: str, boot_id: str | None = None) -> bool:
-    """The replicas of ``job_id`` on ``node_id`` (placed before ``boot_id``, if given) lost their node:
-    they wait again, and the job is planned at once; its other replicas keep running."""
+    """The replicas of ``job_id`` on ``node_id`` (placed before ``boot_id``, if given) lost their node: they
+    are planned again at once, in the same step that frees what they held; its other replicas run on."""
     for _ in range(C.PLAN_ATTEMPTS):
         rec = store.job(job_id)
-        if rec is None or rec.state.final:
+        if rec is None or rec.state.final or rec.state in (JobState.QUEUED, JobState.PLANNING):
             return False
         held = store.held_on(node_id)
         lost = {
@@ -387,15 +387,39 @@ def lose_node(store: Store, job_id: str, node_id: str, reason: str, boot_id: str
         if not lost:
             return False
         cls = class_of(rec)
-        clear = [(p.node_id, p.hold_id, cls) for r in rec.replicas if r.index in lost for p in r.placement]
-        replicas = tuple(Replica(index=r.index, state="waiting") if r.index in lost else r for r in rec.replicas)
-        new = rec.advance(JobState.WAITING, replicas=replicas, reason=reason)
+        lost_holds = [(p.node_id, p.hold_id, cls) for r in rec.replicas if r.index in lost for p in r.placement]
+        bare = rec.model_copy(
+            update={
+                "replicas": tuple(
+                    Replica(index=r.index, state="waiting") if r.index in lost else r for r in rec.replicas
+                )
+            }
+        )
+        snap = store.snapshot()
+        snap.apply((), lost_holds)  # planned as if already freed, as they are by this very step
+        change = change_for(bare, plan_for(bare, snap))
+        new = change.new.model_copy(update={"reason": f"{reason}; {change.new.reason}"})
         out = store.transition(
-            rec, new, reason=reason, score=waiting_score(new), pending=(cls, waiting_score(new)), clear=clear
+            rec,
+            new,
+            reason=new.reason,
+            score=change.score,
+            pending=change.pending,
+            epoch=snap.epoch,
+            place=change.place,
+            clear=[*lost_holds, *change.clear],
         )
         if out.ok:
-            store.enqueue_pass(full=True)
-            log.info("replicas_lost_node", job_id=job_id, node_id=node_id, replicas=sorted(lost), reason=reason)
+            if out.wake:
+                store.enqueue_pass()
+            log.info(
+                "replicas_lost_node",
+                job_id=job_id,
+                node_id=node_id,
+                replicas=sorted(lost),
+                reason=reason,
+                state=new.state.value,
+            )
             return True
         if out.code == "gone":
             return False

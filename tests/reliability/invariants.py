@@ -1,0 +1,120 @@
+"""The invariants the reliability suite checks all through every run, on one consistent read of Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from worker import constants as C
+from worker.keys import Keys, job_of_hold
+from worker.records import JobRecord, JobState
+from worker.scripts import text
+
+OUT_ENV = "MODELPLAN_RELIABILITY_OUT"
+"""A file the suite appends one JSON line per run to; docs/RELIABILITY.md is made from them."""
+
+SILENT_GRACE_S = 4 * C.MAINTENANCE_INTERVAL_S + 1
+"""How long past its heartbeat's lapse a node may still carry placements: the sweep runs every 2 s."""
+
+
+def report(suite: str, **figures: Any) -> None:
+    """Print a run's figures, and append them to ``$MODELPLAN_RELIABILITY_OUT`` if set."""
+    line = json.dumps({"suite": suite, **figures}, sort_keys=True)
+    print(line)
+    path = os.environ.get(OUT_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+@dataclass
+class Checker:
+    """Reads the whole state in one transaction and lists what breaks an invariant."""
+
+    r: redis.Redis
+    keys: Keys
+    acknowledged: set[str] = field(default_factory=set)
+    """Every job id whose submit returned: each must have a record."""
+    lapsed_at: dict[str, float] = field(default_factory=dict)
+    samples: int = 0
+    violations: list[str] = field(default_factory=list)
+
+    def check(self, node_ids: Iterable[str]) -> list[str]:
+        k = self.keys
+        nodes = sorted(set(node_ids))
+        with self.r.pipeline(transaction=True) as pipe:
+            for s in JobState:
+                pipe.zrange(k.jobs(s), 0, -1)
+            ids_by_state = pipe.execute()
+        job_ids = sorted({text(j) for ids in ids_by_state for j in ids} | self.acknowledged)
+        with self.r.pipeline(transaction=True) as pipe:
+            for s in JobState:
+                pipe.zrange(k.jobs(s), 0, -1)
+            for n in nodes:
+                pipe.get(k.node(n))
+                pipe.hgetall(k.held(n))
+            pipe.zrange(k.nodes, 0, -1)
+            if job_ids:
+                pipe.mget([k.job(j) for j in job_ids])
+            replies = pipe.execute()
+        now = time.monotonic()
+        states = replies[: len(JobState)]
+        node_replies = replies[len(JobState) : len(JobState) + 2 * len(nodes)]
+        indexed = {text(n) for n in replies[len(JobState) + 2 * len(nodes)]}
+        raws = replies[-1] if job_ids else []
+        found: list[str] = []
+
+        where: dict[str, list[str]] = {}
+        for s, ids in zip(JobState, states, strict=True):
+            for j in ids:
+                where.setdefault(text(j), []).append(s.value)
+        records: dict[str, JobRecord] = {}
+        for j, raw in zip(job_ids, raws, strict=True):
+            if raw is None:
+                if j in self.acknowledged:
+                    found.append(f"acknowledged job {j} has no record")
+                continue
+            rec = JobRecord.from_json(raw)
+            records[j] = rec
+            if where.get(j) != [rec.state.value]:
+                found.append(f"job {j} is {rec.state.value} in its record but indexed as {where.get(j)}")
+
+        expected: dict[str, dict[str, int]] = {}
+        for rec in records.values():
+            if rec.state.final or rec.state in (JobState.QUEUED, JobState.PLANNING):
+                if rec.state in (JobState.QUEUED, JobState.PLANNING) and rec.holds:
+                    found.append(f"job {rec.job_id} is {rec.state.value} but holds {len(rec.holds)}")
+                continue
+            for h in rec.holds:
+                expected.setdefault(h.node_id, {})[h.hold_id] = h.gpus
+            for rep in rec.replicas:
+                w = rep.wait
+                if rep.state == "waiting" and (w is None or (w.kind == "resources" and not all(w.missing.values()))):
+                    found.append(f"job {rec.job_id} replica {rep.index} waits with no busy option: {w}")
+
+        for i, n in enumerate(nodes):
+            raw, held = node_replies[2 * i], node_replies[2 * i + 1]
+            holds = {text(h): json.loads(v) for h, v in held.items()}
+            if raw is not None:
+                self.lapsed_at.pop(n, None)
+                gpus = json.loads(raw)["gpus"]
+                total = sum(v["gpus"] for v in holds.values())
+                if total > gpus:
+                    found.append(f"node {n}: {total} cards held of {gpus}")
+            else:
+                since = self.lapsed_at.setdefault(n, now)
+                placed_here = [h for h in holds if not holds[h]["nominated"]]
+                if placed_here and (n not in indexed or now - since > SILENT_GRACE_S):
+                    found.append(f"node {n} silent for {now - since:.1f} s still holds {placed_here}")
+            got = {h: v["gpus"] for h, v in holds.items() if job_of_hold(h) in records}
+            if got != expected.get(n, {}):
+                found.append(f"node {n}: held {got} but the records say {expected.get(n, {})}")
+        self.samples += 1
+        self.violations += found
+        return found
