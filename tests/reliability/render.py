@@ -1,0 +1,113 @@
+"""Makes docs/RELIABILITY.md from the JSON lines the reliability suite wrote (``$MODELPLAN_RELIABILITY_OUT``).
+
+python -m tests.reliability.render RESULTS.jsonl docs/RELIABILITY.md
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+INTRO = """# Reliability
+
+What the reliability suite (`tests/reliability/`) ran, and what it found. Every figure below is from the
+suite's own output on the machine named at the end: `scripts/reliability` runs it and writes this file
+(`MODELPLAN_SOAK=1 scripts/reliability` for the longer runs). The default runs are short so that CI runs
+them on every change.
+
+The invariants, checked on one consistent read of Redis many times a second through every load and fault
+run (`tests/reliability/invariants.py`):
+- per node, cards held (reservations and holds for waiting jobs) ≤ cards it has;
+- what is held on each node is exactly what the job records say they hold: no card counted twice, no hold
+  without its job, no job without its hold;
+- every job in exactly one state, its record and its state index agreeing;
+- every waiting replica records why: its best option and the nodes that lack the room;
+- no placed replica left on a node silent past the grace (the sweep runs every 2 s);
+- every acknowledged submit has its record.
+"""
+
+SECTIONS = {
+    "load": (
+        "Load",
+        "Seeded random runs: worker processes, jobs, heartbeats freeing and taking cards, "
+        "releases and cancels, nodes leaving, returning and restarting.",
+    ),
+    "sigkill_mid_plan": (
+        "Workers killed mid-plan",
+        "Workers SIGKILLed while holding a claimed job; each killed job's time until another worker settled it.",
+    ),
+    "redis_kill_aof": (
+        "Redis killed (SIGKILL) under AOF",
+        "Submits at full speed, Redis SIGKILLed and restarted on its AOF: acknowledged submits present afterwards.",
+    ),
+    "redis_away": ("Redis away for a while", "Redis stopped for two seconds under a worker and an agent."),
+    "bad_input": ("Bad input", "Generated serve requests, heartbeats, listings, configs and pools."),
+}
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {n}" for k, n in v.items())
+    if isinstance(v, list):
+        return "; ".join(str(x) for x in v)
+    return str(v)
+
+
+def render(lines: list[dict[str, Any]]) -> str:
+    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for d in lines:
+        by[d.pop("suite")].append(d)
+    out = [INTRO]
+    totals = {
+        "jobs": sum(d.get("jobs", 0) for d in by["load"]),
+        "violations": sum(d.get("violations", 0) for ds in by.values() for d in ds),
+    }
+    out.append(
+        f"In all: {totals['jobs']} jobs in the load runs, "
+        f"{sum(d.get('workers_killed', 0) for d in by['sigkill_mid_plan'])} workers killed mid-plan, "
+        f"{len(by['redis_kill_aof'])} Redis kills, {len(by['redis_away'])} Redis outages; "
+        f"invariant violations: {totals['violations']}.\n"
+    )
+    for suite in [*SECTIONS, *sorted(set(by) - set(SECTIONS))]:
+        runs = by.get(suite)
+        if not runs:
+            continue
+        title, what = SECTIONS.get(suite, (suite, ""))
+        out.append(f"## {title}\n\n{what}\n")
+        cols = sorted({k for d in runs for k in d})
+        out.append("| " + " | ".join(cols) + " |")
+        out.append("|" + " --- |" * len(cols))
+        for d in runs:
+            out.append("| " + " | ".join(_cell(d.get(c, "")) for c in cols) + " |")
+        out.append("")
+    out.append("## Machine\n")
+    redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.strip()
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        "?",
+    )
+    cores = os.cpu_count()
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
+    out.append(f"{cpu}, {cores} cores, {mem:.0f} GiB; Python {platform.python_version()}; {redis.split(' sha=')[0]}.\n")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    source, target = Path(argv[1]), Path(argv[2])
+    lines = [json.loads(ln) for ln in source.read_text().splitlines() if ln.strip()]
+    target.write_text(render(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
