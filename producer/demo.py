@@ -6,19 +6,17 @@ With no Redis URL it runs on an embedded Redis (fakeredis, in this process); wit
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from producer.client import Client, request_from_listing
+from producer.client import Client
+from producer.examples import example_request
 from producer.render import pool_picture, status_text
 from worker.config import REDIS_URL_ENV, connect
 from worker.records import JobState
 from worker.runner import drain
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
 DEMO_PREFIX = "modelplan-demo"
 """The demo's keys on a real Redis: apart from a live cluster's, and cleared when the demo starts."""
 
@@ -35,18 +33,6 @@ def _heartbeat(node_id: str, gpu_class: str, gpus: int, free: int, host: int, se
         "boot_id": "demo",
         **kw,
     }
-
-
-def _request(model: str, name: str, **kw: Any) -> Any:
-    d = EXAMPLES / model
-    index = d / "model.safetensors.index.json"
-    return request_from_listing(
-        json.loads((d / "files.json").read_text()),
-        json.loads((d / "config.json").read_text()),
-        json.loads(index.read_text()) if index.exists() else None,
-        model=name,
-        **kw,
-    )
 
 
 def _client(url: str | None) -> tuple[Client, str]:
@@ -81,9 +67,11 @@ def run(url: str | None = None, say: Callable[[str], None] = print) -> dict[str,
     say(pool_picture(client.pool()))
 
     jobs = {
-        "llama-8b": client.submit(_request("llama-3.1-8b-instruct", "Llama-3.1-8B-Instruct", context=8192)),
-        "qwen-7b": client.submit(_request("qwen2.5-7b-instruct", "Qwen2.5-7B-Instruct", context=8192)),
-        "llama-8b-gguf": client.submit(_request("llama-3-8b-gguf", "Llama-3-8B-GGUF", context=8192, fallback=True)),
+        "llama-8b": client.submit(example_request("llama-3.1-8b-instruct", name="Llama-3.1-8B-Instruct", context=8192)),
+        "qwen-7b": client.submit(example_request("qwen2.5-7b-instruct", name="Qwen2.5-7B-Instruct", context=8192)),
+        "llama-8b-gguf": client.submit(
+            example_request("llama-3-8b-gguf", name="Llama-3-8B-GGUF", context=8192, fallback=True)
+        ),
     }
     work()
     show(

@@ -399,19 +399,8 @@ def lose_node(store: Store, job_id: str, node_id: str, reason: str, boot_id: str
         snap.apply((), lost_holds)  # planned as if already freed, as they are by this very step
         change = change_for(bare, plan_for(bare, snap))
         new = change.new.model_copy(update={"reason": f"{reason}; {change.new.reason}"})
-        out = store.transition(
-            rec,
-            new,
-            reason=new.reason,
-            score=change.score,
-            pending=change.pending,
-            epoch=snap.epoch,
-            place=change.place,
-            clear=[*lost_holds, *change.clear],
-        )
-        if out.ok:
-            if out.wake:
-                store.enqueue_pass()
+        code, _ = commit(store, rec, replace(change, new=new, clear=(*lost_holds, *change.clear)), snap)
+        if code == "ok":
             log.info(
                 "replicas_lost_node",
                 job_id=job_id,
@@ -421,7 +410,7 @@ def lose_node(store: Store, job_id: str, node_id: str, reason: str, boot_id: str
                 state=new.state.value,
             )
             return True
-        if out.code == "gone":
+        if code == "gone":
             return False
     raise Contended(job_id)
 

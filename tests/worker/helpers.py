@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from producer import Client, request_from_listing
+from producer import Client
+from producer.examples import example_request
 from worker import runner
 from worker.records import JobState, ServeRequest
 from worker.scripts import text
@@ -42,16 +43,7 @@ def hb(
 
 
 def request(model: str = "llama-3.1-8b-instruct", context: int = 8192, **kw: Any) -> ServeRequest:
-    d = EXAMPLES / model
-    index = d / "model.safetensors.index.json"
-    return request_from_listing(
-        json.loads((d / "files.json").read_text()),
-        json.loads((d / "config.json").read_text()),
-        json.loads(index.read_text()) if index.exists() else None,
-        model=model,
-        context=context,
-        **kw,
-    )
+    return example_request(model, context=context, **kw)
 
 
 def drain(client: Client) -> None:
