@@ -4,6 +4,7 @@ and node agents publish as heartbeats."""
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -90,7 +91,7 @@ def parse_pool(text: str, source: str = "pool") -> list[NodeReport]:
     """A pool file: a JSON list of node records, node ids unique."""
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, over-long integers, nesting past the stack
         raise InvalidInput(source, "(file)", f"not JSON: {e}") from e
     if not isinstance(data, list):
         raise InvalidInput(source, "(file)", f"expected a JSON list of nodes, got {type(data).__name__}")
@@ -107,14 +108,24 @@ def pool_nodes(reports: Iterable[NodeReport]) -> list[PoolNode]:
     return [r.to_pool_node() for r in reports]
 
 
+_SHORT = reprlib.Repr()
+"""Values shown in messages: short, and bounded however deep or long the input."""
+_SHORT.maxstring = _SHORT.maxother = 60
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 2, 4, 4
+
+
 def invalid_from(e: ValidationError, source: str) -> InvalidInput:
     """The first problem pydantic found, as one line naming the field, the value and the rule."""
     err = e.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "(record)"
+    loc = (
+        ".".join(
+            p if isinstance(p, str) and p.isidentifier() else repr(p) if isinstance(p, str) else str(p)
+            for p in err["loc"]
+        )
+        or "(record)"
+    )
     given = err.get("input")
-    shown = repr(given) if not isinstance(given, dict) else "the record"
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
+    shown = _SHORT.repr(given) if not isinstance(given, dict) else "the record"
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "string_pattern_mismatch":
         msg = "only letters, digits, '.', '_' and '-' (up to 128, starting with a letter or digit)"

@@ -234,7 +234,7 @@ def params_from_index(index: Any, config: Mapping[str, Any]) -> int:
     width = dtype_bytes(config)
     meta = index.get("metadata") if isinstance(index, Mapping) else None
     total = meta.get("total_size") if isinstance(meta, Mapping) else None
-    if not width or isinstance(total, bool) or not isinstance(total, int | float) or total <= 0:
+    if not width or isinstance(total, bool) or not isinstance(total, int | float) or not 0 < total < 1 << 60:
         return 0
     return int(total) // width
 
@@ -324,5 +324,5 @@ def _read_json(path: Path, *, required: bool) -> Any:
         raise InvalidInput(str(path), "(file)", f"cannot be read: {e}") from e
     try:
         return json.loads(text)
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, over-long integers, nesting past the stack
         raise InvalidInput(str(path), "(file)", f"not JSON: {e}") from e

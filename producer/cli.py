@@ -38,7 +38,7 @@ def _read_json(path: str, what: str) -> Any:
         raise InvalidInput(path, what, f"cannot be read: {e}") from e
     try:
         return json.loads(text)
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, over-long integers, nesting past the stack
         raise InvalidInput(path, what, f"not JSON: {e}") from e
 
 

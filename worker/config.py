@@ -1,16 +1,51 @@
-"""Where Redis is, under which prefix, and how the worker logs."""
+"""Where Redis is, under which prefix, and how the worker logs.
+
+The Redis URL (``--redis-url``, else ``MODELPLAN_REDIS_URL``, else ``redis://127.0.0.1:6379/0``) takes one
+of these forms:
+
+=================================================================  ============================================
+URL                                                                what
+=================================================================  ============================================
+``redis://[user:password@]host[:port][/db]``                       plain TCP; ``user:password`` logs in as a
+                                                                   Redis ACL user, ``:password`` as ``default``
+``rediss://[user:password@]host[:port][/db][?ssl_...]``            TLS (see below)
+``unix://[user:password@]/path/to/redis.sock[?db=N]``              a local socket
+``redis+sentinel://[user:password@]host:port[,host:port...]``      Redis Sentinel: ask the sentinels at the
+``/service_name[/db][?sentinel_password=...]``                     hosts (port 26379 by default) where the
+                                                                   master of ``service_name`` is, and follow it
+                                                                   when it fails over
+=================================================================  ============================================
+
+TLS options are redis-py's query arguments on a ``rediss://`` URL: ``ssl_ca_certs`` (the CA bundle the
+server's certificate must chain to; the system's when absent), ``ssl_cert_reqs`` (``required``, the default,
+or ``none`` to skip checking, for tests only), ``ssl_certfile`` and ``ssl_keyfile`` (a client certificate,
+for a server with ``tls-auth-clients yes``) and ``ssl_check_hostname``. For example
+``rediss://modelplan:PASSWORD@redis.internal:6380/0?ssl_ca_certs=/etc/modelplan/ca.pem``.
+
+With Sentinel, ``user:password`` is for the master (and its replicas); sentinels that want a login of their
+own take ``sentinel_username`` and ``sentinel_password`` query arguments. Every connection, to a master or a
+sentinel, has the same timeouts (``SOCKET_TIMEOUT_S``, ``HEALTH_CHECK_INTERVAL_S``).
+
+A URL ``connect`` cannot use is refused with ``InvalidInput`` before anything is sent; ``redact`` masks the
+password (in the user part and in any ``*password=`` query argument) wherever a URL is shown, even in a URL
+too malformed to parse.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
-from typing import TextIO
-from urllib.parse import urlsplit, urlunsplit
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
+import redis.sentinel
 import structlog
 
+from planner.errors import InvalidInput
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL
 
 REDIS_URL_ENV = "MODELPLAN_REDIS_URL"
@@ -19,6 +54,18 @@ SOCKET_TIMEOUT_S = 5.0
 """How long one Redis call may hang before it fails: long past a loopback or LAN round trip."""
 HEALTH_CHECK_INTERVAL_S = 30
 """An idle connection is pinged before use after this long, so a dropped one is noticed and remade."""
+SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_PORT = 26379
+"""Sentinel's own default port, for a sentinel host given without one."""
+SENTINEL_QUERY = ("sentinel_username", "sentinel_password")
+"""The query arguments a Sentinel URL takes: the sentinels' own login."""
+TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+"""TLS query arguments that name files: checked to exist, so a typo is refused here, not at the first call."""
+URL_FORMS = "redis://, rediss:// (TLS), unix:// or redis+sentinel://"
+
+_SERVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_SECRET_QUERY = re.compile(r"([?&][^=&#]*password=)[^&#]*", re.IGNORECASE)
+_KWARG = re.compile(r"argument '(\w+)'")
 
 
 def redis_url(given: str | None = None) -> str:
@@ -30,27 +77,135 @@ def prefix(given: str | None = None) -> str:
 
 
 def redact(url: str) -> str:
-    """A Redis URL fit for logs and messages: the password replaced."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+    """A Redis URL fit for logs and messages: the password replaced by ``***``.
+
+    Works on the text, not on a parse, so that it never fails and masks a password even where it holds
+    ``/``, ``?``, ``#`` or ``@`` unencoded (a URL a parser splits in the wrong place): everything up to the
+    last ``@`` is the login, and a ``:`` before it means a password.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:  # no scheme (a common slip: user:password@host:port): the same rules, the same masking
+        scheme, rest = "", url
+    lead = scheme + sep
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    at = rest.rfind("@")
+    if at < 0 or ":" not in rest[:at]:
+        return lead + _mask_query(rest)  # no user:password part
+    if at < end:
+        user = rest[:at].partition(":")[0]
+        return f"{lead}{user}:***@{_mask_query(rest[at + 1 :])}"
+    # the last @ comes after a / ? or #: a password holding one unencoded, which parsers split in the wrong
+    # place, or a query value holding an @; which, cannot be told, so all before it is masked, user and host
+    return f"{lead}***@{_mask_query(rest[at + 1 :])}"
+
+
+def _mask_query(text: str) -> str:
+    return _SECRET_QUERY.sub(r"\1***", text)
+
+
+def _refuse(url: str, problem: str) -> InvalidInput:
+    return InvalidInput("Redis URL", redact(url), f"{problem} (the forms are {URL_FORMS})")
 
 
 def connect(url: str) -> redis.Redis:
-    """A client for ``url`` (``redis://``, ``rediss://`` for TLS, ``unix://``); user and password from the
-    URL work with Redis ACLs. Bytes in and out, as RQ needs."""
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=SOCKET_TIMEOUT_S,
-        socket_connect_timeout=SOCKET_TIMEOUT_S,
-        health_check_interval=HEALTH_CHECK_INTERVAL_S,
-        retry_on_timeout=True,
+    """A client for ``url`` (the forms above). Bytes in and out, as RQ needs. Nothing is sent until the
+    first call; a URL that cannot work (an unknown scheme, a bad port, an unknown query argument, a TLS
+    file that does not exist) is ``InvalidInput``, whose message shows the URL redacted."""
+    if not isinstance(url, str):
+        raise InvalidInput("Redis URL", "(url)", f"expected text, got {type(url).__name__}")
+    scheme = url.partition("://")[0].lower()
+    if scheme == SENTINEL_SCHEME:
+        return _connect_sentinel(url)
+    if scheme not in ("redis", "rediss", "unix") or "://" not in url:
+        raise _refuse(url, "an unknown scheme")
+    try:
+        client = redis.Redis.from_url(url, **_timeouts())
+    except (ValueError, TypeError):
+        # the parser's own words may quote part of a password it took for a port: neither shown nor chained
+        raise _refuse(url, "not a URL redis-py can read (a port from 0 to 65535, a whole-number db)") from None
+    db = urlsplit(url).path.strip("/")
+    if scheme != "unix" and db and not db.isdigit():  # redis-py would quietly take db 0
+        raise _refuse(url, "the db after the host is a whole number")
+    pool = client.connection_pool
+    _check_options(url, pool.connection_class, pool.connection_kwargs)
+    return client
+
+
+def _timeouts(*, retry: bool = True) -> dict[str, Any]:
+    """The timeouts of every connection. ``retry``: say ``retry_on_timeout``, which redis-py takes from a
+    pool's connection arguments but warns of, as deprecated, when given to ``Redis()`` (as a sentinel's are)."""
+    out: dict[str, Any] = {
+        "socket_timeout": SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": SOCKET_TIMEOUT_S,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+    }
+    if retry:
+        out["retry_on_timeout"] = True
+    return out
+
+
+def _check_options(url: str, connection_class: Any, kwargs: dict[str, Any]) -> None:
+    """Build one connection object (it connects lazily, so nothing is sent) to have redis-py check the
+    query arguments now, and check that the TLS files named exist."""
+    try:
+        connection_class(**kwargs)
+    except TypeError as e:
+        m = _KWARG.search(str(e))
+        raise _refuse(url, f"an unknown query argument {m[1] if m else ''}".rstrip()) from e
+    except (ValueError, redis.RedisError) as e:
+        raise _refuse(url, "a query argument with a value redis-py does not take") from e
+    for name in TLS_FILES:
+        path = kwargs.get(name)
+        if path is not None and not Path(path).is_file():
+            raise _refuse(url, f"{name} names {path!r}, which is not a file")
+
+
+def _connect_sentinel(url: str) -> redis.Redis:
+    """``redis+sentinel://[user:password@]host:port[,host:port...]/service_name[/db][?query]``."""
+    rest = url.partition("://")[2]
+    rest, _, query = rest.partition("?")
+    login, at, where = rest.rpartition("@")
+    hosts_text, _, path = where.partition("/")
+    service, _, db_text = path.partition("/")
+    if not _SERVICE.fullmatch(service):
+        raise _refuse(url, "a Sentinel URL needs the service name after the hosts: /service_name[/db]")
+    if db_text.strip("/") and not db_text.strip("/").isdigit():
+        raise _refuse(url, "the db after the service name is a whole number")
+    db = int(db_text.strip("/") or 0)
+    hosts = [_sentinel_host(url, h) for h in hosts_text.split(",")]
+    try:
+        params = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError as e:
+        raise _refuse(url, "a query that is not name=value pairs") from e
+    unknown = sorted(set(params) - set(SENTINEL_QUERY))
+    if unknown:
+        raise _refuse(url, f"an unknown query argument {unknown[0]} (a Sentinel URL takes {', '.join(SENTINEL_QUERY)})")
+    user, colon, password = login.partition(":") if at else ("", "", "")
+    creds = {"username": unquote(user) or None, "password": unquote(password) if colon else None}
+    sentinel_creds = {
+        "username": params.get("sentinel_username", [None])[0],
+        "password": params.get("sentinel_password", [None])[0],
+    }
+    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        hosts,
+        sentinel_kwargs={**_timeouts(retry=False), **{k: v for k, v in sentinel_creds.items() if v}},
+        db=db,
+        **_timeouts(),
+        **{k: v for k, v in creds.items() if v},
     )
+    client: redis.Redis = sentinel.master_for(service, redis_class=redis.Redis)  # type: ignore[no-untyped-call]
+    return client
+
+
+def _sentinel_host(url: str, text: str) -> tuple[str, int]:
+    if text.startswith("["):  # [v6 address]:port
+        host, _, port_text = text[1:].partition("]")
+        port_text = port_text.removeprefix(":")
+    else:
+        host, _, port_text = text.partition(":")
+    if not host or (port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536)):
+        raise _refuse(url, "each sentinel is host:port, port from 1 to 65535, the hosts separated by commas")
+    return host, int(port_text) if port_text else SENTINEL_PORT
 
 
 def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None:

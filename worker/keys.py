@@ -59,6 +59,9 @@ HOLD_PATTERN = re.compile(ID_PATTERN.pattern + r"(:\d+:\d+|:nominated)")
 
 NOMINATED = "nominated"
 
+JOB_STATES = frozenset({"queued", "planning", "placed", "waiting", "failed", "cancelled", "released"})
+"""The job states (``worker.records.JobState``), spelled here too since records import this module."""
+
 CPU_CLASS = "cpu"
 """The class key of CPU capacity (host memory) in ``waiting:for`` and ``wake:classes``."""
 
@@ -121,6 +124,9 @@ class Keys:
         return f"{self._p}events"
 
     def jobs(self, state: str) -> str:
+        """The index of jobs in ``state`` (one of ``JobState``'s values)."""
+        if state not in JOB_STATES:
+            raise BadId("state", state)
         return f"{self._p}jobs:{state}"
 
     @property

@@ -90,12 +90,17 @@ class NodeRecord(Heartbeat):
 def _as_json(data: Any, source: str) -> str:
     """Data as JSON text, so that it is validated as JSON arrives (lists for tuples, objects for
     dataclasses), whether it came from a file or from Python."""
-    if isinstance(data, str | bytes):
-        return data.decode() if isinstance(data, bytes) else data
+    if isinstance(data, str):
+        return data
+    if isinstance(data, bytes):
+        try:
+            return data.decode()
+        except UnicodeDecodeError as e:
+            raise InvalidInput(source, "(record)", f"not UTF-8 text: {e.reason} at byte {e.start}") from e
     try:
         return json.dumps(data, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise InvalidInput(source, "(record)", f"not JSON data: {e}") from e
+    except (TypeError, ValueError, RecursionError) as e:
+        raise InvalidInput(source, "(record)", f"not JSON data: {str(e)[:80]}") from e
 
 
 def parse_heartbeat(data: Any, source: str = "heartbeat") -> Heartbeat:
@@ -126,19 +131,24 @@ class ServeRequest(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ServeRequest:
-        if any(ord(ch) < 32 for ch in self.model):
+        if not self.model.isprintable():
             raise ValueError("model holds control characters")
         names = [a.name for a in self.artifacts]
         if len(set(names)) != len(names):
             raise ValueError("artifacts: two artifacts share a name")
         for a in self.artifacts:
             if not 0 < a.bytes <= 1 << 50 or not 0 <= a.shards <= 10_000 or not a.name or len(a.name) > 1024:
-                raise ValueError(f"artifacts: {a.name!r} has impossible bytes or shards")
+                raise ValueError(f"artifacts: {a.name[:80]!r} has impossible bytes or shards")
+            if not a.name.isprintable():
+                raise ValueError(f"artifacts: the name {a.name[:80]!r} holds control characters")
         s = self.shape
         if not (0 <= s.kv_bytes_per_token <= 1 << 32 and 0 <= s.kv_heads <= 1 << 24 and 0 <= s.params <= 1 << 50):
             raise ValueError("shape: a field is out of range")
         if self.artifact is not None and self.artifact not in names:
-            raise ValueError(f"artifact {self.artifact!r} is not one of the repository's: {', '.join(names)}")
+            shown = ", ".join(repr(n[:80]) for n in names[:5]) + (
+                f" and {len(names) - 5} more" if len(names) > 5 else ""
+            )
+            raise ValueError(f"artifact {self.artifact[:80]!r} is not one of the repository's: {shown}")
         check_context(s, self.context)
         return self
 

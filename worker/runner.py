@@ -7,12 +7,14 @@ import socket
 import threading
 import uuid
 
+import redis
 import structlog
 from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
 from worker import constants as C
 from worker.config import connect, redact
+from worker.errors import RedisUnavailable
 from worker.keys import Keys
 from worker.maintenance import sweep
 from worker.store import Store
@@ -60,6 +62,10 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
     name = worker_name()
     log.info("worker_started", worker=name, redis=redact(url), queue=keys.queue_name, burst=burst)
     stop = threading.Event()
+    try:
+        conn.ping()
+    except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as e:
+        raise RedisUnavailable(redact(url), e) from e
     if burst:
         sweep(store, force=True)
     else:

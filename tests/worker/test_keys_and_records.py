@@ -98,7 +98,7 @@ def test_heartbeats_and_requests_parse_from_json_text() -> None:
         ({"context": 0}, "context: must be a whole number of tokens"),
         ({"context": 200_000}, "context: 200000 is more than the model's max_position_embeddings 131072"),
         ({"priority": 1001}, "priority: Input should be less than or equal to 1000"),
-        ({"artifact": "nope"}, "artifact 'nope' is not one of the repository's: original"),
+        ({"artifact": "nope"}, "artifact 'nope' is not one of the repository's: 'original'"),
         ({"artifacts": []}, "artifacts: .*at least 1"),
         ({"model": "a\nb"}, "model holds control characters"),
         ({"shape": {"kv_bytes_per_token": -1}}, "shape: a field is out of range"),
