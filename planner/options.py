@@ -6,8 +6,11 @@ or on a CPU node, with what each card would hold, and whether the cards are free
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from planner.constants import (
     CPU_QUALITY_CAP,
@@ -30,7 +33,8 @@ def options(artifacts: Iterable[Artifact], shape: Shape, nodes: Sequence[PoolNod
     ``context`` is the token pool: llama.cpp's ``--ctx-size``, or vLLM's ``--max-model-len`` for one
     sequence.
     """
-    pools = classes(nodes)
+    pools = grouped(nodes)
+    hosts: HostPool | None = None  # only GGUF runs on a CPU: counted when the first one comes
     out: list[Option] = []
     for a in artifacts:
         bpw = bits_of(a.quant)
@@ -38,28 +42,29 @@ def options(artifacts: Iterable[Artifact], shape: Shape, nodes: Sequence[PoolNod
             bpw = a.bytes * 8 / shape.params
         kv = context * shape.kv_bytes_per_token
         if a.format == "gguf":
-            out += gguf_options(a, kv, nodes, pools, bpw)
+            hosts = hosts or HostPool.of(nodes)
+            out += gguf_options(a, kv, hosts, pools, bpw)
         elif a.format == "safetensors":
             out += vllm_options(a, kv, shape, pools, bpw)
     rank(out)
     return out
 
 
-def gguf_options(
-    a: Artifact, kv: int, nodes: Sequence[PoolNode], pools: Sequence[ClassPool], bpw: float
-) -> list[Option]:
+def gguf_options(a: Artifact, kv: int, host_pool: HostPool, pools: Sequence[Group], bpw: float) -> list[Option]:
     """llama.cpp: the whole replica in one node's RAM, or split by layer over the fewest of one node's
     cards that hold it."""
     out: list[Option] = []
     total = gib(a.bytes + kv + gguf_overhead_bytes(a.bytes))
-    hosts, have, free_now = 0, 0.0, False
-    for n in nodes:
-        node_have = n.host_mem_gb * HOST_SHARE
-        if n.host_mem_gb <= 0 or total > node_have:
+    hosts, have = 0, 0.0
+    for host_mem_gb, count in host_pool.sizes.items():
+        node_have = host_mem_gb * HOST_SHARE
+        if host_mem_gb <= 0 or total > node_have:
             continue
-        hosts += 1
+        hosts += count
         have = max(have, node_have)
-        free_now = free_now or n.host_free_gb >= total
+    # a node could take it now if its RAM share and its free RAM both hold it: that is, if the smaller of
+    # the two does, and the largest such smaller is the pool's best
+    free_now = host_pool.best_free >= total
     if hosts:
         out.append(
             Option(
@@ -79,7 +84,7 @@ def gguf_options(
             per = gib((a.bytes + kv) // width + gguf_overhead_bytes(a.bytes // width))
             if not fits(per, c.mem_gb):
                 continue
-            takers = [n for n in c.nodes if n.gpus >= width]
+            hosts, free = c.takers(width)
             out.append(
                 Option(
                     artifact=a.name,
@@ -90,8 +95,8 @@ def gguf_options(
                     nodes=1,
                     need_gb=per,
                     have_gb=c.budget_gb,
-                    hosts=len(takers),
-                    free_now=any(n.free_gpus >= width for n in takers),
+                    hosts=hosts,
+                    free_now=free > 0,
                     bits_per_weight=bpw,
                 )
             )
@@ -99,7 +104,7 @@ def gguf_options(
     return out
 
 
-def vllm_options(a: Artifact, kv: int, shape: Shape, pools: Sequence[ClassPool], bpw: float) -> list[Option]:
+def vllm_options(a: Artifact, kv: int, shape: Shape, pools: Sequence[Group], bpw: float) -> list[Option]:
     """vLLM: tensor parallel over the narrowest power of two of one node's cards that holds it; failing
     that, a node's full width on each of several nodes of one fabric, pipeline parallel between them."""
 
@@ -110,7 +115,7 @@ def vllm_options(a: Artifact, kv: int, shape: Shape, pools: Sequence[ClassPool],
         # Tensor parallel within a node must divide the KV heads.
         return shape.kv_heads == 0 or (w <= shape.kv_heads and shape.kv_heads % w == 0)
 
-    def option(c: ClassPool, per_node: int, n: int, fabric: str, hosts: int, free_now: bool) -> Option:
+    def option(c: Group, per_node: int, n: int, fabric: str, hosts: int, free_now: bool) -> Option:
         return Option(
             artifact=a.name,
             format=a.format,
@@ -132,8 +137,8 @@ def vllm_options(a: Artifact, kv: int, shape: Shape, pools: Sequence[ClassPool],
         w = 1
         while w <= c.max_gpus and divides(w):
             if fits(per_card_gb(w), c.mem_gb):
-                takers = [nd for nd in c.nodes if nd.gpus >= w]
-                single = option(c, w, 1, "", len(takers), any(nd.free_gpus >= w for nd in takers))
+                hosts, free = c.takers(w)
+                single = option(c, w, 1, "", hosts, free > 0)
                 break
             w *= 2
         if single is not None:
@@ -149,7 +154,7 @@ def vllm_options(a: Artifact, kv: int, shape: Shape, pools: Sequence[ClassPool],
 
 
 def _across_nodes(
-    fab: FabricPool, divides: Callable[[int], bool], per_card_gb: Callable[[int], float], mem_gb: int
+    fab: FabricGroup, divides: Callable[[int], bool], per_card_gb: Callable[[int], float], mem_gb: int
 ) -> tuple[int, int, int, int] | None:
     """The pipeline-parallel layout on one fabric: ``(cards per node, nodes, hosts, free hosts)``.
 
@@ -160,16 +165,15 @@ def _across_nodes(
     fabric is tried with the nodes that have that many cards, so a new node only ever adds layouts.
     """
     best: tuple[int, int, int, int] | None = None
-    for width in sorted({_full_width(nd.gpus) for nd in fab.nodes}, reverse=True):
+    for width in sorted({_full_width(gpus) for gpus, _ in fab.cards}, reverse=True):
         if not divides(width):
             continue
-        takers = [nd for nd in fab.nodes if nd.gpus >= width]
+        takers, free = fab.takers(width)
         n = 2
-        while n <= len(takers):
+        while n <= takers:
             if fits(per_card_gb(width * n), mem_gb):
                 if best is None or width * n < best[0] * best[1]:
-                    free = sum(1 for nd in takers if nd.free_gpus >= width)
-                    best = (width, n, len(takers), free)
+                    best = (width, n, takers, free)
                 break
             n *= 2
     return best
@@ -204,6 +208,105 @@ class ClassPool:
     @property
     def nodes(self) -> list[PoolNode]:
         return [n for f in self.fabrics for n in f.nodes]
+
+
+@dataclass(slots=True)
+class FabricGroup:
+    """One card class's nodes on one fabric, as counts: how many nodes have each (cards, free cards)."""
+
+    name: str
+    cards: dict[tuple[int, int], int] = field(default_factory=dict)
+    _takers: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def takers(self, width: int) -> tuple[int, int]:
+        """How many nodes have ``width`` cards, and how many of those have them free now."""
+        got = self._takers.get(width)
+        if got is None:
+            got = self._takers[width] = _takers(self.cards, width)
+        return got
+
+
+@dataclass(slots=True)
+class Group:
+    """The GPU nodes of one card class, by fabric, with like nodes counted together: what ``ClassPool``
+    says, in the size of the kinds of node rather than of the pool. Options are made from these."""
+
+    gpu_class: str
+    mem_gb: int
+    max_gpus: int = 0
+    fabrics: list[FabricGroup] = field(default_factory=list)
+    cards: dict[tuple[int, int], int] = field(default_factory=dict)
+    """Every fabric's counts together."""
+    _takers: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def budget_gb(self) -> float:
+        return card_budget_gb(self.mem_gb)
+
+    def takers(self, width: int) -> tuple[int, int]:
+        """How many of the class's nodes have ``width`` cards, and how many of those have them free now."""
+        got = self._takers.get(width)
+        if got is None:
+            got = self._takers[width] = _takers(self.cards, width)
+        return got
+
+
+def _takers(cards: dict[tuple[int, int], int], width: int) -> tuple[int, int]:
+    hosts = free = 0
+    for (gpus, free_gpus), count in cards.items():
+        if gpus >= width:
+            hosts += count
+            if free_gpus >= width:
+                free += count
+    return hosts, free
+
+
+_CARDS = attrgetter("gpu_class", "gpu_mem_gb", "fabric", "gpus", "free_gpus")
+
+
+def grouped(nodes: Iterable[PoolNode]) -> list[Group]:
+    """``classes(nodes)`` with like nodes counted rather than listed: the same classes in the same order,
+    each with the same fabrics in the same order. Counting the nodes by what a plan reads of them is one
+    pass in C; everything after is in the number of kinds of node (a few hundred in a pool of 100,000)."""
+    by: dict[tuple[str, int], Group] = {}
+    fabrics: dict[tuple[str, int, str], FabricGroup] = {}
+    for (gpu_class, mem_gb, fabric, gpus, free_gpus), count in Counter(map(_CARDS, nodes)).items():
+        if not gpu_class or gpus <= 0 or mem_gb <= 0:
+            continue
+        key = (gpu_class, mem_gb)
+        c = by.get(key)
+        if c is None:
+            c = by[key] = Group(gpu_class=gpu_class, mem_gb=mem_gb)
+        c.max_gpus = max(c.max_gpus, gpus)
+        fab = fabrics.get((*key, fabric))
+        if fab is None:
+            fab = fabrics[(*key, fabric)] = FabricGroup(name=fabric)
+            c.fabrics.append(fab)
+        fab.cards[(gpus, free_gpus)] = fab.cards.get((gpus, free_gpus), 0) + count
+        c.cards[(gpus, free_gpus)] = c.cards.get((gpus, free_gpus), 0) + count
+    return [by[k] for k in sorted(by)]
+
+
+@dataclass(frozen=True, slots=True)
+class HostPool:
+    """The nodes' RAM for CPU options: how many nodes have each size, and the most RAM any node could
+    give a replica now (the lesser of its share of RAM and its free RAM)."""
+
+    sizes: dict[int, int]
+    best_free: float
+
+    @staticmethod
+    def of(nodes: Sequence[PoolNode]) -> HostPool:
+        mem = list(map(attrgetter("host_mem_gb"), nodes))
+        shares = map(HOST_SHARE.__rmul__, mem)
+        best = max(map(min, shares, map(attrgetter("host_free_gb"), nodes)), default=-math.inf)
+        if best <= 0:
+            # only nodes with RAM count; one without gives at most 0, so past 0 the best is theirs anyway
+            best = max(
+                (min(n.host_mem_gb * HOST_SHARE, n.host_free_gb) for n in nodes if n.host_mem_gb > 0),
+                default=-math.inf,
+            )
+        return HostPool(dict(Counter(mem)), best)
 
 
 def classes(nodes: Iterable[PoolNode]) -> list[ClassPool]:

@@ -25,7 +25,7 @@ from worker import planning
 from worker.config import connect, redact
 from worker.config import prefix as default_prefix
 from worker.config import redis_url as default_url
-from worker.errors import JobExists, JobNotFound, RedisUnavailable
+from worker.errors import JobExists, JobNotFound, RedisForbidden, RedisUnavailable
 from worker.keys import Keys, check_id
 from worker.records import (
     Heartbeat,
@@ -102,6 +102,8 @@ class Client:
             return fn()
         except (redis.ConnectionError, redis.TimeoutError) as e:
             raise RedisUnavailable(self._url, e) from e
+        except redis.exceptions.NoPermissionError as e:
+            raise RedisForbidden(self._url, e) from e
 
     # --- serve jobs -------------------------------------------------------------------------------------
 
@@ -205,6 +207,27 @@ class Client:
             if wake:
                 self.store.enqueue_pass()
             return stored
+
+        return self._call(put)
+
+    def heartbeats(self, heartbeats: Sequence[Heartbeat | Mapping[str, Any]]) -> list[bool]:
+        """Publish several nodes' heartbeats in one round trip (a relay forwarding a rack's, say): each is
+        validated and stored as ``heartbeat`` would, every one refused before anything is stored if one
+        is bad; True for each stored, False for each older than its node's last. A burst that frees
+        cards queues one wake-up pass."""
+        at = utcnow()
+        beats = [hb if isinstance(hb, Heartbeat) else parse_heartbeat(hb) for hb in heartbeats]
+        # each heartbeat was just validated, and the time is ours: the stored record needs no second pass
+        records = [NodeRecord.model_construct(**dict(hb), received_at=at) for hb in beats]
+
+        def put() -> list[bool]:
+            replies = self.store.put_heartbeats(records)
+            for hb, (_, _, restarted) in zip(beats, replies, strict=True):
+                if restarted:
+                    self.store.enqueue_restart(hb.node_id, hb.boot_id)
+            if any(wake for _, wake, _ in replies):
+                self.store.enqueue_pass()
+            return [stored for stored, _, _ in replies]
 
         return self._call(put)
 

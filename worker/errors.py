@@ -47,6 +47,16 @@ class Contended(ModelplanError):
         super().__init__(f"job {job_id!r}: its record kept changing; try again")
 
 
+class RedisForbidden(ModelplanError, PermissionError):
+    """Raised by the producer when Redis refuses a command for the user's ACL rules: nothing was stored."""
+
+    def __init__(self, url: str, cause: BaseException) -> None:
+        super().__init__(
+            f"Redis at {url} refused a command ({cause}); check the ACL user's key patterns "
+            "cover the prefix (see README: TLS, ACL users, Sentinel); nothing was stored"
+        )
+
+
 class RedisUnavailable(ModelplanError, ConnectionError):
     """Raised by the producer when Redis cannot be reached: nothing was stored."""
 

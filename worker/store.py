@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
@@ -53,7 +53,74 @@ class HoldSpec:
     nominated: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class ParsedNode:
+    """A node's stored heartbeat, validated once, with what plans read of it."""
+
+    record: NodeRecord
+    reported: PoolNode
+    """The node as its agent reports it, before any hold is counted."""
+    started: frozenset[str]
+
+    @staticmethod
+    def of(record: NodeRecord) -> ParsedNode:
+        return ParsedNode(record, record.to_pool_node(), frozenset(record.started))
+
+
+class ParseCache:
+    """Parsed values by the raw bytes they were parsed from, kept by a process across snapshots.
+
+    A worker reads every node's heartbeat for every plan, but a node's stored bytes change only when it
+    publishes (every 5 s), so nearly every read is of bytes already validated: the same bytes parse to the
+    same value, so the cached one is exact. Kept to about the size of the latest reads, so a pool that
+    shrinks does not keep what it lost."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[bytes, ParsedNode] = {}
+        self.holds: dict[bytes, Held] = {}
+        self.node_keys: dict[str, dict[str, str]] = {}
+        """``Keys.node`` of each node id, by prefix: the key checks its id, and a pool is read often."""
+
+    def node_keys_of(self, keys: Keys, ids: Sequence[str]) -> list[str]:
+        known = self.node_keys.setdefault(keys.prefix, {})
+        if len(known) > 2 * len(ids) + PARSE_CACHE_SLACK:
+            known.clear()
+        out = []
+        for i in ids:
+            key = known.get(i)
+            if key is None:
+                key = known[i] = keys.node(i)
+            out.append(key)
+        return out
+
+    def node(self, raw: bytes) -> ParsedNode:
+        got = self.nodes.get(raw)
+        if got is None:
+            got = self.nodes[raw] = ParsedNode.of(NodeRecord.model_validate_json(raw))
+        return got
+
+    def hold(self, raw: bytes) -> Held:
+        got = self.holds.get(raw)
+        if got is None:
+            got = self.holds[raw] = Held.parse(raw)
+        return got
+
+    def trim(self, node_raws: Sequence[bytes | None]) -> None:
+        """Drop what the latest read no longer holds once the cache has grown well past it."""
+        live = len(node_raws)
+        if len(self.nodes) > 2 * live + PARSE_CACHE_SLACK:
+            self.nodes = {raw: self.nodes[raw] for raw in node_raws if raw is not None and raw in self.nodes}
+        if len(self.holds) > PARSE_CACHE_SLACK:
+            self.holds = {}
+
+
+PARSE_CACHE_SLACK = 10_000
+"""Entries a parse cache may hold past twice the pool before it is trimmed: hold values repeat (the same
+cards, boot and flags), so their cache stays small and is simply dropped past this."""
+
+_cache = ParseCache()
+
+
 class Snapshot:
     """The pool as plans see it: each live node, and what is free on it.
 
@@ -61,57 +128,108 @@ class Snapshot:
     (holds not in its ``started``), and less the cards nominated for a waiting job: a card is never
     counted free twice, and a card taken by something outside modelplan stays taken. A job sees its own
     nomination as free for it (``nodes_for``).
+
+    A plan reads the pool once per attempt and a worker plans hundreds of times a second, so what does not
+    change between plans is worked out once: a node with nothing held on it is the node as reported, and
+    the nodes as anyone sees them are kept, to be adjusted only where a job's own nomination lies and
+    where a commit (``apply``) changes what is held.
     """
 
-    epoch: str
-    records: dict[str, NodeRecord]
-    held: dict[str, dict[str, Held]]
-    nodes: list[PoolNode] = field(default_factory=list)
+    __slots__ = ("_index", "_nominated", "_plain", "_reported", "_started", "epoch", "held", "records")
 
-    def __post_init__(self) -> None:
-        self.nodes = self.nodes_for(None)
+    def __init__(
+        self,
+        epoch: str,
+        records: dict[str, NodeRecord],
+        held: dict[str, dict[str, Held]],
+        parsed: dict[str, ParsedNode] | None = None,
+    ) -> None:
+        self.epoch = epoch
+        self.records = records
+        self.held = held
+        if parsed is None:
+            parsed = {node_id: ParsedNode.of(r) for node_id, r in records.items()}
+        self._reported = {node_id: p.reported for node_id, p in parsed.items()}
+        self._started = {node_id: p.started for node_id, p in parsed.items()}
+        self._index = {node_id: i for i, node_id in enumerate(records)}
+        self._plain: list[PoolNode] | None = None
+        self._nominated: dict[str, list[tuple[str, str, int]]] | None = None
+
+    @property
+    def nodes(self) -> list[PoolNode]:
+        """The nodes as any plan sees them (no job's nomination counted as free)."""
+        return self.nodes_for(None)
 
     def nodes_for(self, job_id: str | None) -> list[PoolNode]:
         """The nodes as a plan for ``job_id`` sees them (its own nomination counted as free)."""
-        return [self._pool_node(r, job_id) for r in self.records.values()]
+        out = list(self._plain_nodes())
+        for node_id in {node_id for node_id, _, _ in self._nominations().get(job_id or "", [])}:
+            i = self._index.get(node_id)
+            if i is not None:
+                out[i] = self._pool_node(node_id, job_id)
+        return out
 
     def held_for_others(self, job_id: str) -> dict[str, int]:
         """Cards nominated on each node for jobs other than ``job_id``."""
         out: dict[str, int] = {}
-        for node_id, holds in self.held.items():
-            n = sum(h.gpus for hid, h in holds.items() if h.nominated and job_of_hold(hid) != job_id)
-            if n:
-                out[node_id] = n
-        return out
+        for holds in self._nominations().values():
+            for node_id, job, gpus in holds:
+                if job != job_id:
+                    out[node_id] = out.get(node_id, 0) + gpus
+        return {node_id: out[node_id] for node_id in self.held if out.get(node_id)}
 
-    def _pool_node(self, r: NodeRecord, job_id: str | None) -> PoolNode:
+    def _nominations(self) -> dict[str, list[tuple[str, str, int]]]:
+        """Each job's nominated holds: ``(node, job, cards)``."""
+        if self._nominated is None:
+            by: dict[str, list[tuple[str, str, int]]] = {}
+            for node_id, holds in self.held.items():
+                for hid, h in holds.items():
+                    if h.nominated:
+                        job = job_of_hold(hid)
+                        by.setdefault(job, []).append((node_id, job, h.gpus))
+            self._nominated = by
+        return self._nominated
+
+    def _plain_nodes(self) -> list[PoolNode]:
+        if self._plain is None:
+            held = self.held
+            self._plain = [
+                self._pool_node(node_id, None) if held.get(node_id) else node
+                for node_id, node in self._reported.items()
+            ]
+        return self._plain
+
+    def _pool_node(self, node_id: str, job_id: str | None) -> PoolNode:
+        node = self._reported[node_id]
+        started = self._started[node_id]
         unseen = [
             h
-            for hid, h in self.held.get(r.node_id, {}).items()
-            if hid not in r.started and not (h.nominated and job_of_hold(hid) == job_id)
+            for hid, h in self.held.get(node_id, {}).items()
+            if hid not in started and not (h.nominated and job_of_hold(hid) == job_id)
         ]
-        free = max(0, r.free_gpus - sum(h.gpus for h in unseen))
-        host_free = max(0, int(r.host_free_gb - sum(h.host_gb for h in unseen)))
-        return PoolNode(
-            id=r.node_id,
-            gpu_class=r.gpu_class,
-            fabric=r.fabric,
-            gpu_mem_gb=r.card_gb,
-            gpus=r.gpus,
-            free_gpus=free,
-            host_mem_gb=r.host_mem_gb,
-            host_free_gb=host_free,
-        )
+        if not unseen:
+            return node
+        free = max(0, node.free_gpus - sum(h.gpus for h in unseen))
+        host_free = max(0, int(node.host_free_gb - sum(h.host_gb for h in unseen)))
+        return replace(node, free_gpus=free, host_free_gb=host_free)
 
     def apply(self, written: Sequence[HoldSpec], cleared: Sequence[tuple[str, str, str]]) -> None:
         """Count a commit just made, so that the next plan against this snapshot sees it."""
+        touched: set[str] = set()
         for node_id, hid, _ in cleared:
             self.held.get(node_id, {}).pop(hid, None)
+            touched.add(node_id)
         for h in written:
             rec = self.records.get(h.node_id)
             boot = rec.boot_id if rec else ""
             self.held.setdefault(h.node_id, {})[h.hold_id] = Held(h.gpus, h.host_gb, boot, h.nominated)
-        self.nodes = self.nodes_for(None)
+            touched.add(h.node_id)
+        self._nominated = None
+        if self._plain is not None:
+            for node_id in touched:
+                i = self._index.get(node_id)
+                if i is not None:
+                    self._plain[i] = self._pool_node(node_id, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,47 +259,69 @@ class Store:
     def put_heartbeat(self, record: NodeRecord, at_ms: int | None = None) -> tuple[bool, bool, bool]:
         """Store a heartbeat: ``(stored, wake, restarted)``. An older heartbeat of the same boot is not
         stored; ``wake`` says a wake-up pass is to be queued; ``restarted`` that the node has a new boot."""
+        keys, args = self._heartbeat_call(record, at_ms if at_ms is not None else now_ms())
+        return _heartbeat_reply(script(self.redis, "heartbeat")(keys=keys, args=args))
+
+    def put_heartbeats(self, records: Sequence[NodeRecord], at_ms: int | None = None) -> list[tuple[bool, bool, bool]]:
+        """Store several heartbeats in one round trip: each is its own ``heartbeat.lua`` call, checked
+        against its node's last alone, exactly as ``put_heartbeat`` would; ``(stored, wake, restarted)``
+        for each, in order. For a relay that forwards many nodes' heartbeats, and for loading a pool."""
+        if not records:
+            return []
+        beat = script(self.redis, "heartbeat")
+        at = at_ms if at_ms is not None else now_ms()
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.scripts.add(beat)  # loaded once for the batch if the server lost it
+            for record in records:
+                keys, args = self._heartbeat_call(record, at)
+                pipe.execute_command("EVALSHA", beat.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+            replies = pipe.execute()
+        return [_heartbeat_reply(r) for r in replies]
+
+    def _heartbeat_call(self, record: NodeRecord, at_ms: int) -> tuple[list[str], list[Any]]:
         k = self.keys
-        reply = script(self.redis, "heartbeat")(
-            keys=[k.node(record.node_id), k.nodes, k.epoch, k.wake, k.wake_classes, k.held(record.node_id)],
-            args=[
-                record.node_id,
-                record.model_dump_json(),
-                record.seq,
-                record.boot_id,
-                C.NODE_TTL_MS,
-                C.WAKE_FLAG_TTL_MS,
-                record.gpu_class,
-                record.free_gpus,
-                record.host_free_gb,
-                at_ms if at_ms is not None else now_ms(),
-            ],
-        )
-        return text(reply[0]) == "ok", int(reply[1]) == 1, int(reply[2]) == 1
+        keys = [k.node(record.node_id), k.nodes, k.epoch, k.wake, k.wake_classes, k.held(record.node_id)]
+        args: list[Any] = [
+            record.node_id,
+            record.model_dump_json(),
+            record.seq,
+            record.boot_id,
+            C.NODE_TTL_MS,
+            C.WAKE_FLAG_TTL_MS,
+            record.gpu_class,
+            record.free_gpus,
+            record.host_free_gb,
+            at_ms,
+        ]
+        return keys, args
 
     def node_ids(self) -> list[str]:
         return [text(n) for n in self.redis.zrange(self.keys.nodes, 0, -1)]
 
     def snapshot(self) -> Snapshot:
-        """The live nodes and their reservations, in two round trips."""
+        """The live nodes and their reservations, in two round trips. Each heartbeat and hold is
+        validated the first time its stored bytes are seen, and taken from the process's cache after."""
         k = self.keys
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.zrange(k.nodes, 0, -1)
             pipe.get(k.epoch)
             pipe.smembers(k.held_nodes)
             ids_raw, epoch, held_nodes = pipe.execute()
+        cache = _cache
         ids = [text(i) for i in ids_raw]
         held_ids = sorted(text(n) for n in held_nodes)
         with self.redis.pipeline(transaction=False) as pipe:
             if ids:
-                pipe.mget([k.node(i) for i in ids])
+                pipe.mget(cache.node_keys_of(k, ids))
             for n in held_ids:
                 pipe.hgetall(k.held(n))
             replies = pipe.execute()
         raws = replies.pop(0) if ids else []
-        records = {i: NodeRecord.model_validate_json(raw) for i, raw in zip(ids, raws, strict=True) if raw}
-        held = {n: _parse_held(h) for n, h in zip(held_ids, replies, strict=True)}
-        return Snapshot(epoch=text(epoch) if epoch is not None else "0", records=records, held=held)
+        parsed = {i: cache.node(raw) for i, raw in zip(ids, raws, strict=True) if raw}
+        held = {n: {text(hid): cache.hold(v) for hid, v in h.items()} for n, h in zip(held_ids, replies, strict=True)}
+        cache.trim(raws)
+        records = {i: p.record for i, p in parsed.items()}
+        return Snapshot(text(epoch) if epoch is not None else "0", records, held, parsed)
 
     def silent_nodes(self) -> list[str]:
         """Nodes in the index whose heartbeat has lapsed."""
@@ -339,6 +479,10 @@ def clear_all(rec: JobRecord) -> list[tuple[str, str, str]]:
     """Every hold of a job, as ``transition``'s ``clear`` list."""
     cls = class_of(rec)
     return [(r.node_id, r.hold_id, cls) for r in rec.holds]
+
+
+def _heartbeat_reply(reply: Any) -> tuple[bool, bool, bool]:
+    return text(reply[0]) == "ok", int(reply[1]) == 1, int(reply[2]) == 1
 
 
 def _parse_held(raw: dict[Any, Any]) -> dict[str, Held]:

@@ -199,12 +199,6 @@ def test_a_worker_with_a_wrong_password_exits_2() -> None:
         assert main(["worker", "--burst", "--redis-url", _url(port, WRONG)]) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=redis.exceptions.NoPermissionError,
-    reason="producer/client.py Client._call wraps only ConnectionError/TimeoutError: a NOPERM reply (an ACL "
-    "user whose key patterns do not cover --prefix) escapes the CLI as a traceback instead of exit 2",
-)
 def test_an_acl_user_outside_its_keys_gets_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     with acl_server(MODELPLAN_ACL, PASSWORD) as port:
         assert main(["status", "--redis-url", _url(port), "--prefix", "other"]) == 2

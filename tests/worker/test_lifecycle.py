@@ -3,11 +3,13 @@ nodes, cancel, watch. RQ jobs run in this process with a burst SimpleWorker."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from planner import InvalidInput
 from producer import Client
 from tests.worker.helpers import drain, empty_queue, event_reasons, hb, queued_functions, request, whole_state
 from worker import constants as C
@@ -350,3 +352,28 @@ def test_a_node_back_with_a_new_boot_after_its_heartbeat_lapsed(
     drain(client)
     assert event_reasons(client, job)[-1].startswith("node gpu-1 restarted; placed")
     assert [h.boot_id for h in client.store.held_on("gpu-1").values()] == ["boot-2"]
+
+
+def test_a_batch_of_heartbeats_is_stored_as_one_at_a_time_would_be(client: Client, redis_url: str) -> None:
+    beats = [
+        hb("gpu-1", gpus=2, free=0, seq=1),
+        hb("gpu-2", gpus=1, seq=4),
+        hb("gpu-2", gpus=1, seq=3),
+        hb("cpu-1", "", host=64, seq=1),
+    ]
+    assert client.heartbeats(beats) == [True, True, False, True]
+    batched = {n: client.redis.get(client.keys.node(n)) for n in ("gpu-1", "gpu-2", "cpu-1")}
+    client.redis.flushall()
+    assert [client.heartbeat(b) for b in beats] == [True, True, False, True]
+    one_by_one = {n: client.redis.get(client.keys.node(n)) for n in ("gpu-1", "gpu-2", "cpu-1")}
+
+    def without_time(raw: object) -> dict[str, object]:
+        assert isinstance(raw, bytes)
+        record = json.loads(raw)
+        record.pop("received_at")
+        return dict(record)
+
+    assert {n: without_time(v) for n, v in batched.items()} == {n: without_time(v) for n, v in one_by_one.items()}
+    with pytest.raises(InvalidInput, match="free_gpus 3 is more than gpus 1"):
+        client.heartbeats([hb("gpu-3", gpus=1, seq=1), hb("gpu-4", gpus=1, free=3, seq=1)])
+    assert client.redis.get(client.keys.node("gpu-3")) is None  # one bad heartbeat: none stored

@@ -1,0 +1,7 @@
+"""``python -m bench [--quick]``."""
+
+import sys
+
+from bench.run import main
+
+sys.exit(main())

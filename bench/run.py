@@ -1,0 +1,512 @@
+"""The benchmark: each figure measured against a ``redis-server`` of its own on loopback, beside its
+baseline measured the same way in the same run. One JSON line per figure on standard output:
+``{"name", "value", "unit"}``, with ``"baseline"`` and ``"ratio"`` where a figure is compared.
+
+    python -m bench            # the full run (a few minutes)
+    python -m bench --quick    # smaller counts, under a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+from rq import Queue
+from rq.registry import StartedJobRegistry
+from rq.serializers import JSONSerializer
+
+from bench.pool import BOOT, pool, pool_nodes, repository
+from planner.decide import plan_job
+from producer.client import Client, request_from_repository
+from tests.redis_server import RedisServer
+from worker import constants as C
+from worker.config import configure_logging
+from worker.keys import Keys
+from worker.records import JobState, NodeRecord, utcnow
+from worker.scripts import text
+from worker.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTEXT = 8192
+"""Tokens of context every benchmark job asks for."""
+PLAN_PREFIX = "bench"
+NOOP_PREFIX = "bench-noop"
+NOOP_FUNC = "bench.noop.noop"
+REFRESH_SLICES = 50
+"""A refreshed pool's heartbeats arrive in this many slices per interval (every 0.1 s), not all at once."""
+INGEST_BATCH = 1000
+"""Heartbeats per ``Client.heartbeats`` call: a relay's batch."""
+INGEST_PUBLISHERS = 2
+"""Publishing processes at once, for what one Redis takes: as many as this machine has cores."""
+WAKE_WORKERS = 2
+WAKE_WARMUP = 3
+"""Trials run before the timed ones, so that imports and connections are warm."""
+POLL_S = 0.002
+"""How often a throughput run looks at the queue and the workers' counts."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How much each figure measures: ``--quick`` is a smaller run of the same code."""
+
+    jobs: int
+    workers: tuple[int, ...]
+    pool: int
+    wake_trials: int
+    plan_pools: tuple[int, ...]
+    plan_artifacts: tuple[int, ...]
+    plan_seconds: float
+    snapshot_pools: tuple[int, ...]
+    snapshot_reads: int
+    ingest_nodes: int
+    ingest_rounds: int
+    single_heartbeats: int
+
+
+FULL = Sizes(1500, (1, 2, 4), 1000, 300, (100, 1_000, 10_000, 100_000), (1, 10, 30), 1.0, (1_000, 10_000, 100_000),
+             20, 20_000, 3, 5_000)  # fmt: skip
+QUICK = Sizes(400, (1, 2, 4), 1000, 60, (100, 1_000, 10_000, 100_000), (1, 30), 0.3, (1_000, 10_000, 100_000),
+              5, 10_000, 2, 2_000)  # fmt: skip
+SMOKE = Sizes(40, (1,), 100, 5, (100, 1_000), (1, 30), 0.05, (1_000,), 3, 1_000, 1, 200)  # fmt: skip
+"""For the test suite: every figure, tiny, in a few seconds. Its values mean nothing."""
+
+
+def emit(name: str, value: float, unit: str, baseline: float | None = None) -> dict[str, Any]:
+    line: dict[str, Any] = {"name": name, "value": round(value, 4), "unit": unit}
+    if baseline is not None:
+        line["baseline"] = round(baseline, 4)
+        line["ratio"] = round(value / baseline, 4) if baseline else None
+    print(json.dumps(line), flush=True)
+    return line
+
+
+def records_of(beats: Sequence[dict[str, Any]]) -> list[NodeRecord]:
+    at = utcnow()
+    return [NodeRecord.model_validate({**b, "received_at": at}) for b in beats]
+
+
+def load_pool(store: Store, beats: Sequence[dict[str, Any]], batch: int = 2000) -> None:
+    records = records_of(beats)
+    for i in range(0, len(records), batch):
+        store.put_heartbeats(records[i : i + batch])
+
+
+class Refresher:
+    """Keeps a pool's heartbeats fresh while a figure runs, as its agents would: each node every
+    ``HEARTBEAT_INTERVAL_S``, spread evenly over the interval in slices of ``REFRESH_SLICES``, figures
+    unchanged (so that nothing wakes), the next ``seq`` each time."""
+
+    def __init__(self, url: str, beats: list[dict[str, Any]], skip: set[str] | None = None) -> None:
+        self.store = Store(redis.Redis.from_url(url), Keys(PLAN_PREFIX))
+        self.beats = [b for b in beats if b["node_id"] not in (skip or set())]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        seq = 1
+        step = C.HEARTBEAT_INTERVAL_S / REFRESH_SLICES
+        slices = [self.beats[i::REFRESH_SLICES] for i in range(REFRESH_SLICES)]
+        while True:
+            seq += 1
+            for part in slices:
+                if self.stop.wait(step):
+                    return
+                load_pool(self.store, [{**b, "seq": seq} for b in part])
+
+    def __enter__(self) -> Refresher:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.store.redis.close()
+
+
+class Workers:
+    """``modelplan worker`` processes, the real path: RQ SimpleWorkers on the queue of ``prefix``. Their
+    logs go to files, shown if they stop before their work is done."""
+
+    def __init__(self, url: str, prefix: str, count: int, *, burst: bool) -> None:
+        cmd = [sys.executable, "-m", "producer.cli", "worker", "--redis-url", url, "--prefix", prefix]
+        if burst:
+            cmd.append("--burst")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.logs = [tempfile.TemporaryFile() for _ in range(count)]  # noqa: SIM115 (closed by stop)
+        self.procs = [
+            subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log, env=env) for log in self.logs
+        ]
+
+    def check(self) -> None:
+        """Raise, with their logs, if every worker has stopped."""
+        if all(p.poll() is not None for p in self.procs):
+            tails = []
+            for log in self.logs:
+                log.seek(0)
+                tails.append(log.read()[-2000:].decode(errors="replace"))
+            raise RuntimeError("every worker stopped before the work was done:\n" + "\n---\n".join(tails))
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for log in self.logs:
+            log.close()
+
+
+def drain_rate(r: redis.Redis, url: str, prefix: str, jobs: int, workers: int) -> float:
+    """Jobs per second: ``jobs`` are on the queue; ``workers`` burst workers start; the clock runs from the
+    first job taken off the queue to the last one finished, as the workers count them."""
+    queue_key = Queue(Keys(prefix).queue_name, connection=r).key
+    seen: set[bytes] = set()
+    ws = Workers(url, prefix, workers, burst=True)
+    t0: float | None = None
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            with r.pipeline(transaction=False) as pipe:
+                pipe.llen(queue_key)
+                pipe.smembers("rq:workers")
+                left, members = pipe.execute()
+            now = time.perf_counter()
+            if t0 is None and left < jobs:
+                t0 = now
+            seen |= members
+            if left == 0 and seen:
+                with r.pipeline(transaction=False) as pipe:
+                    for w in seen:
+                        pipe.hmget(w, "successful_job_count", "failed_job_count")
+                    done = sum(int(a or 0) + int(b or 0) for a, b in pipe.execute())
+                if done >= jobs:
+                    assert t0 is not None
+                    return jobs / (now - t0)
+            ws.check()
+            time.sleep(POLL_S)
+        raise RuntimeError(f"{jobs} jobs on {prefix} not done in 300 s")
+    finally:
+        ws.stop()
+
+
+def throughput(url: str, sizes: Sizes) -> None:
+    """Serve jobs planned and committed per second, against no-op jobs on the same workers."""
+    r = redis.Redis.from_url(url)
+    client = Client(redis.Redis.from_url(url), PLAN_PREFIX)
+    req = request_from_repository(repository(30), model="bench/llama-70b", context=CONTEXT)
+    beats = pool(sizes.pool, busy=False)
+    for workers in sizes.workers:
+        r.flushall()
+        noop_queue = Queue(Keys(NOOP_PREFIX).queue_name, connection=r, serializer=JSONSerializer)
+        noop_queue.enqueue_many(
+            [
+                Queue.prepare_data(
+                    NOOP_FUNC,
+                    args=(NOOP_PREFIX, f"noop-{i}"),
+                    timeout=C.RQ_JOB_TIMEOUT_S,
+                    result_ttl=0,
+                    failure_ttl=C.RQ_FAILURE_TTL_S,
+                )
+                for i in range(sizes.jobs)
+            ]
+        )
+        noop = drain_rate(r, url, NOOP_PREFIX, sizes.jobs, workers)
+        emit(f"rq_noop_jobs_per_s_w{workers}", noop, "jobs/s")
+
+        r.flushall()
+        load_pool(client.store, beats)
+        with Refresher(url, beats):
+            for i in range(sizes.jobs):
+                client.submit(req, job_id=f"job-{i}")
+            rate = drain_rate(r, url, PLAN_PREFIX, sizes.jobs, workers)
+        counts = client.counts()
+        settled = counts["placed"] + counts["waiting"] + counts["failed"]
+        if settled != sizes.jobs:
+            raise RuntimeError(f"throughput run left jobs unsettled: {counts}")
+        emit(f"plan_jobs_per_s_w{workers}", rate, "jobs/s", baseline=noop)
+        emit(f"plan_jobs_placed_share_w{workers}", counts["placed"] / sizes.jobs, "fraction")
+    client.redis.close()
+    r.close()
+
+
+def wake_latency(url: str, sizes: Sizes) -> None:
+    """From the heartbeat that frees a card to the waiting job's placed record, over many trials."""
+    r = redis.Redis.from_url(url)
+    r.flushall()
+    client = Client(redis.Redis.from_url(url), PLAN_PREFIX)
+    req = request_from_repository(repository(30), model="bench/llama-70b", context=CONTEXT)
+    beats = [{**b, "free_gpus": 0} if b["gpu_class"] == "h200-141g" else b for b in pool(sizes.pool, busy=False)]
+    load_pool(client.store, beats)
+    node = next(b for b in beats if b["gpu_class"] == "h200-141g")
+    seq = 10
+    times: list[float] = []
+    ws = Workers(url, PLAN_PREFIX, WAKE_WORKERS, burst=False)
+    try:
+        _ready(r, WAKE_WORKERS)
+        with Refresher(url, beats, skip={node["node_id"]}):
+            for trial in range(-WAKE_WARMUP, sizes.wake_trials):
+                seq += 1
+                client.heartbeat({**node, "seq": seq, "free_gpus": 0})
+                job_id = f"wake-{trial + WAKE_WARMUP}"
+                client.submit(req, job_id=job_id)
+                stream = client.keys.job_events(job_id)
+                last = _wait_state(r, stream, "0-0", {JobState.WAITING.value})
+                _quiet(r)
+                seq += 1
+                t0 = time.perf_counter()
+                client.heartbeat({**node, "seq": seq, "free_gpus": 1})
+                _wait_state(r, stream, last, {JobState.PLACED.value})
+                if trial >= 0:
+                    times.append(time.perf_counter() - t0)
+                client.release(job_id)
+                _quiet(r)
+    finally:
+        ws.stop()
+    times.sort()
+    emit("wake_latency_p50", statistics.median(times) * 1000, "ms")
+    emit("wake_latency_p99", _pct(times, 0.99) * 1000, "ms")
+    client.redis.close()
+    r.close()
+
+
+def _ready(r: redis.Redis, workers: int) -> None:
+    """Wait until ``workers`` workers listen on the planning queue."""
+    key = f"rq:workers:{Keys(PLAN_PREFIX).queue_name}"
+    deadline = time.monotonic() + 60
+    while r.scard(key) < workers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{workers} workers did not start in 60 s")
+        time.sleep(0.05)
+
+
+def _pct(sorted_values: Sequence[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1)]
+
+
+def _wait_state(r: redis.Redis, stream: str, after: str, states: set[str], timeout_s: float = 30) -> str:
+    """Block on a job's stream until it reaches one of ``states``; the entry id it did."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got: Any = r.xread({stream: after}, block=1000)
+        for _, entries in got or []:
+            for entry_id, fields in entries:
+                after = text(entry_id)
+                if text(fields[b"state"]) in states:
+                    return after
+    raise RuntimeError(f"{stream} did not reach {states} in {timeout_s} s")
+
+
+def _quiet(r: redis.Redis) -> None:
+    """Wait until the planning queue is empty and no worker is busy, so that a trial starts alone."""
+    queue = Queue(Keys(PLAN_PREFIX).queue_name, connection=r)
+    queue_key, started = queue.key, StartedJobRegistry(queue=queue).key
+    for _ in range(5000):
+        if r.llen(queue_key) == 0 and not r.zcard(started):
+            time.sleep(0.005)
+            if r.llen(queue_key) == 0:
+                return
+        time.sleep(0.001)
+
+
+def planner_cost(sizes: Sizes) -> None:
+    """Time per plan (``plan_job``: every option ranked, nodes chosen) against pool size and artifacts."""
+    per: dict[tuple[int, int], float] = {}
+    for n in sizes.plan_pools:
+        nodes = pool_nodes(pool(n, busy=True))
+        for k in sizes.plan_artifacts:
+            repo = repository(k)
+            runs: list[float] = []
+            spent = 0.0
+            while spent < sizes.plan_seconds or len(runs) < 3:
+                t0 = time.perf_counter()
+                plan_job(repo.artifacts, repo.shape, nodes, CONTEXT)
+                dt = time.perf_counter() - t0
+                runs.append(dt)
+                spent += dt
+                if len(runs) >= 3 and spent > 5 * sizes.plan_seconds:
+                    break
+            per[(n, k)] = statistics.median(runs)
+            emit(f"plan_ms_n{n}_a{k}", per[(n, k)] * 1000, "ms")
+    pools = sorted(sizes.plan_pools)
+    k = max(sizes.plan_artifacts)
+    for a, b in itertools.pairwise(pools):
+        growth = math.log(per[(b, k)] / per[(a, k)]) / math.log(b / a)
+        emit(f"plan_growth_n{a}_to_n{b}_a{k}", growth, "exponent")
+
+
+def snapshot_cost(url: str, sizes: Sizes) -> None:
+    """Time for a worker to read the pool (``Store.snapshot``), a fifth of the nodes holding a job: cold
+    (the first read after every node published anew: each record validated) and warm (what a worker
+    reads between two heartbeats of a node: the records it has seen)."""
+    r = redis.Redis.from_url(url)
+    store = Store(redis.Redis.from_url(url), Keys(PLAN_PREFIX))
+    k = store.keys
+    for n in sizes.snapshot_pools:
+        r.flushall()
+        beats = pool(n, busy=True)
+        with r.pipeline(transaction=False) as pipe:
+            for i, b in enumerate(beats[::5]):
+                hold = json.dumps({"gpus": 1, "host_gb": 0.0, "boot_id": BOOT, "nominated": False})
+                pipe.hset(k.held(b["node_id"]), f"job-{i}:0:1", hold)
+                pipe.sadd(k.held_nodes, b["node_id"])
+            pipe.execute()
+        seq = 1
+        load_pool(store, beats)
+        loaded = time.monotonic()
+        t0 = time.perf_counter()
+        snap = store.snapshot()
+        cold = time.perf_counter() - t0
+        if len(snap.nodes) != n:
+            raise RuntimeError(f"snapshot saw {len(snap.nodes)} of {n} nodes")
+        runs = []
+        for _ in range(sizes.snapshot_reads):
+            if time.monotonic() - loaded > C.NODE_TTL_MS / 2000:  # heartbeats lapse: publish them again
+                seq += 1
+                load_pool(store, [{**b, "seq": seq} for b in beats])
+                loaded = time.monotonic()
+                store.snapshot()
+            t0 = time.perf_counter()
+            snap = store.snapshot()
+            runs.append(time.perf_counter() - t0)
+            if len(snap.nodes) != n:
+                raise RuntimeError(f"snapshot saw {len(snap.nodes)} of {n} nodes")
+        emit(f"snapshot_ms_n{n}", statistics.median(runs) * 1000, "ms")
+        emit(f"snapshot_cold_ms_n{n}", cold * 1000, "ms")
+    r.flushall()
+    store.redis.close()
+    r.close()
+
+
+def heartbeat_ingest(url: str, port: int, sizes: Sizes) -> None:
+    """Heartbeats per second through the project's publish path, against redis-benchmark's SET rate: one
+    client publishing batches (``Client.heartbeats``), ``INGEST_PUBLISHERS`` such clients at once (what
+    one Redis takes from several relays), and one client one heartbeat at a time (``Client.heartbeat``,
+    what one node agent does)."""
+    r = redis.Redis.from_url(url)
+    r.flushall()
+    client = Client(redis.Redis.from_url(url), PLAN_PREFIX)
+    beats = pool(sizes.ingest_nodes, busy=True)
+    for i in range(0, len(beats), INGEST_BATCH):  # the nodes join: every later heartbeat is a refresh
+        client.heartbeats(beats[i : i + INGEST_BATCH])
+    batched = publish_rounds(url, beats, sizes.ingest_rounds, first_seq=2)
+
+    ctx = multiprocessing.get_context("spawn")
+    parts = [beats[i::INGEST_PUBLISHERS] for i in range(INGEST_PUBLISHERS)]
+    with ctx.Pool(INGEST_PUBLISHERS) as workers:
+        # every publisher has imported and connected before the clock starts: the first round is untimed
+        workers.starmap(publish_rounds, [(url, part, 1, 100) for part in parts])
+        t0 = time.perf_counter()
+        workers.starmap(publish_rounds, [(url, part, sizes.ingest_rounds, 200) for part in parts])
+        parallel = sizes.ingest_rounds * len(beats) / (time.perf_counter() - t0)
+
+    single = beats[: sizes.single_heartbeats]
+    t0 = time.perf_counter()
+    for b in single:
+        client.heartbeat({**b, "seq": 1000})
+    one_by_one = len(single) / (time.perf_counter() - t0)
+
+    set_rate = redis_benchmark_set(port, sizes.ingest_nodes * 5)
+    emit("heartbeats_per_s_batched", batched, "heartbeats/s", baseline=set_rate)
+    emit(f"heartbeats_per_s_batched_{INGEST_PUBLISHERS}_clients", parallel, "heartbeats/s", baseline=set_rate)
+    emit("heartbeats_per_s_one_client_one_at_a_time", one_by_one, "heartbeats/s", baseline=set_rate)
+    emit("redis_benchmark_set_per_s", set_rate, "requests/s")
+    r.flushall()
+    client.redis.close()
+    r.close()
+
+
+def publish_rounds(url: str, beats: Sequence[dict[str, Any]], rounds: int, first_seq: int) -> float:
+    """Publish every heartbeat ``rounds`` times in batches of ``INGEST_BATCH``: heartbeats per second."""
+    configure_logging("WARNING", sys.stderr)
+    client = Client(redis.Redis.from_url(url), PLAN_PREFIX)
+    batches = [
+        [
+            [{**b, "seq": first_seq + rnd} for b in beats[i : i + INGEST_BATCH]]
+            for i in range(0, len(beats), INGEST_BATCH)
+        ]
+        for rnd in range(rounds)
+    ]
+    t0 = time.perf_counter()
+    for rnd in batches:
+        for batch in rnd:
+            client.heartbeats(batch)
+    rate = rounds * len(beats) / (time.perf_counter() - t0)
+    client.redis.close()
+    return rate
+
+
+def redis_benchmark_set(port: int, requests: int) -> float:
+    """``redis-benchmark -t set`` (50 clients, no pipelining) on the same server: requests per second."""
+    binary = shutil.which("redis-benchmark")
+    if binary is None:
+        raise RuntimeError("redis-benchmark is not installed (it comes with redis-server: run scripts/setup)")
+    out = subprocess.run(
+        [binary, "-h", "127.0.0.1", "-p", str(port), "-t", "set", "-n", str(requests), "-q", "--csv"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    # "test","rps",... then "SET","104058.27",...
+    for line in out.splitlines():
+        cells = [c.strip('"') for c in line.split(",")]
+        if cells and cells[0] == "SET":
+            return float(cells[1])
+    raise RuntimeError(f"redis-benchmark gave no SET rate: {out!r}")
+
+
+@contextmanager
+def server() -> Iterator[RedisServer]:
+    s = RedisServer()
+    s.start()
+    try:
+        yield s
+    finally:
+        s.cleanup()
+
+
+FIGURES: dict[str, Callable[[RedisServer, Sizes], None]] = {
+    "throughput": lambda s, z: throughput(s.url, z),
+    "wake": lambda s, z: wake_latency(s.url, z),
+    "planner": lambda s, z: planner_cost(z),
+    "snapshot": lambda s, z: snapshot_cost(s.url, z),
+    "ingest": lambda s, z: heartbeat_ingest(s.url, s.port, z),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller counts: under a minute")
+    parser.add_argument("--smoke", action="store_true", help="tiny counts, for the test suite: seconds")
+    parser.add_argument("--only", choices=sorted(FIGURES), action="append", help="run only these figures")
+    args = parser.parse_args(argv)
+    sizes = SMOKE if args.smoke else QUICK if args.quick else FULL
+    configure_logging("WARNING", sys.stderr)  # standard output is the figures only
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: its redis-server and workers go too
+    with server() as s:
+        for name, figure in FIGURES.items():
+            if args.only and name not in args.only:
+                continue
+            figure(s, sizes)
+    return 0
