@@ -12,13 +12,21 @@ from worker import planning
 from worker.keys import Keys
 from worker.store import Store
 
+_stores: dict[tuple[int, str], Store] = {}
+"""One Store per connection and prefix in a worker process, kept across jobs so that its recent pool read
+and parsed records carry from one job to the next."""
+
 
 def _store(prefix: str) -> tuple[Store, str]:
     job = get_current_job()
     if job is None:
         raise RuntimeError("worker.jobs functions run inside an RQ job")
     worker = job.worker_name or "worker"
-    return Store(job.connection, Keys(prefix)), worker
+    key = (id(job.connection), prefix)
+    store = _stores.get(key)
+    if store is None or store.redis is not job.connection:
+        store = _stores[key] = Store(job.connection, Keys(prefix))
+    return store, worker
 
 
 def plan_job(prefix: str, job_id: str) -> str | None:

@@ -232,7 +232,8 @@ def settle(store: Store, rec: JobRecord) -> JobRecord | None:
     """Plan a job this worker holds until a commit holds: on a card taken since the snapshot, plan again
     (up to ``PLAN_ATTEMPTS``); the last time, what could not be placed waits."""
     for attempt in range(1, C.PLAN_ATTEMPTS + 1):
-        snap = store.snapshot()
+        # the first try may plan on a read a few jobs old: its commit re-checks what it relies on
+        snap = store.recent_snapshot(C.SNAPSHOT_REUSE_S if attempt == 1 else 0.0)
         plan = plan_for(rec, snap)
         if attempt == C.PLAN_ATTEMPTS:
             plan = _without_new_holds(plan)

@@ -253,6 +253,7 @@ class Store:
         self.redis = client
         self.keys = keys or Keys()
         self.queue = Queue(self.keys.queue_name, connection=client, serializer=JSONSerializer)
+        self._recent: tuple[float, Snapshot] | None = None
 
     # --- nodes ------------------------------------------------------------------------------------------
 
@@ -297,6 +298,14 @@ class Store:
 
     def node_ids(self) -> list[str]:
         return [text(n) for n in self.redis.zrange(self.keys.nodes, 0, -1)]
+
+    def recent_snapshot(self, max_age_s: float) -> Snapshot:
+        """The last snapshot this store took, if younger than ``max_age_s`` (with this process's own
+        commits applied to it since), else a fresh one."""
+        now = time.monotonic()
+        if self._recent is None or now - self._recent[0] > max_age_s:
+            self._recent = (now, self.snapshot())
+        return self._recent[1]
 
     def snapshot(self) -> Snapshot:
         """The live nodes and their reservations, in two round trips. Each heartbeat and hold is

@@ -377,3 +377,23 @@ def test_a_batch_of_heartbeats_is_stored_as_one_at_a_time_would_be(client: Clien
     with pytest.raises(InvalidInput, match="free_gpus 3 is more than gpus 1"):
         client.heartbeats([hb("gpu-3", gpus=1, seq=1), hb("gpu-4", gpus=1, free=3, seq=1)])
     assert client.redis.get(client.keys.node("gpu-3")) is None  # one bad heartbeat: none stored
+
+
+def test_a_plan_on_a_read_a_few_jobs_old_is_still_right(client: Client) -> None:
+    """Workers reuse a pool read for SNAPSHOT_REUSE_S: a card taken meanwhile by another worker makes the
+    commit fail and the plan run again on a fresh read; the job is never placed on the taken card."""
+    client.heartbeat(hb("gpu-1", gpus=1, seq=1))
+    drain(client)
+    old = client.store.recent_snapshot(60)
+    assert client.store.recent_snapshot(60) is old
+    taker = client.submit(request())
+    drain(client)  # another worker's Store places it on the only card
+    assert client.get(taker).state is JobState.PLACED
+    job = client.submit(request())
+    empty_queue(client)
+    rec = planning.claim(client.store, job, "w")
+    assert rec is not None
+    assert [n.free_gpus for n in client.store.recent_snapshot(60).nodes] == [1]  # the old read: still free
+    settled = planning.settle(client.store, rec)
+    assert settled is not None and settled.state is JobState.WAITING
+    assert whole_state(client)["held"] == {"gpu-1": {taker: 1}}
