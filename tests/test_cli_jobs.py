@@ -20,31 +20,31 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "producer.cli", *args], capture_output=True, text=True, cwd=ROOT)
 
 
+def heartbeat(url: list[str], *, free: int, seq: int) -> list[str]:
+    """``modelplan heartbeat`` for a one-card node, gpu-1."""
+    return [
+        "heartbeat",
+        *url,
+        "--node-id",
+        "gpu-1",
+        "--gpu-class",
+        "h100-80g",
+        "--gpus",
+        "1",
+        "--free-gpus",
+        str(free),
+        "--host-mem-gb",
+        "256",
+        "--host-free-gb",
+        "200",
+        "--seq",
+        str(seq),
+    ]
+
+
 def test_the_whole_flow_from_the_command_line(redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     url = ["--redis-url", redis_url]
-    assert (
-        main(
-            [
-                "heartbeat",
-                *url,
-                "--node-id",
-                "gpu-1",
-                "--gpu-class",
-                "h100-80g",
-                "--gpus",
-                "1",
-                "--free-gpus",
-                "0",
-                "--host-mem-gb",
-                "256",
-                "--host-free-gb",
-                "200",
-                "--seq",
-                "1",
-            ]
-        )
-        == 0
-    )
+    assert main(heartbeat(url, free=0, seq=1)) == 0
     assert capsys.readouterr().out == "stored\n"
     d = MODELS / "llama-3.1-8b-instruct"
     assert (
@@ -74,29 +74,7 @@ def test_the_whole_flow_from_the_command_line(redis_url: str, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert out.startswith("job job-1: waiting (placed 0 of 1)\n") and "best:    original on 1 × h100-80g (vllm)" in out
     assert "replica 0: waiting [resources]" in out
-    assert (
-        main(
-            [
-                "heartbeat",
-                *url,
-                "--node-id",
-                "gpu-1",
-                "--gpu-class",
-                "h100-80g",
-                "--gpus",
-                "1",
-                "--free-gpus",
-                "1",
-                "--host-mem-gb",
-                "256",
-                "--host-free-gb",
-                "200",
-                "--seq",
-                "2",
-            ]
-        )
-        == 0
-    )
+    assert main(heartbeat(url, free=1, seq=2)) == 0
     assert run("worker", *url, "--burst").returncode == 0
     capsys.readouterr()
     assert main(["job", *url, "job-1", "--json"]) == 0

@@ -32,6 +32,20 @@ run (`tests/reliability/invariants.py`):
 - every acknowledged submit has its record.
 """
 
+SECURITY = """## Security
+
+`tests/reliability/test_security.py` and `test_sentinel.py`, run with the rest:
+- no pickle anywhere on the Redis path: pickled payloads put on the planning queue three ways fail
+  without running (the payload's marker file never appears) and change no record;
+- a Redis ACL user with only the commands and keys modelplan needs carries the whole flow, with an empty
+  ACL log; a wrong password or a key pattern that does not cover the prefix is one line and exit 2;
+- TLS only (`rediss://` with a CA) carries the whole flow, and another CA or plain text is refused;
+- a Sentinel URL carries the whole flow to the master;
+- ids with `:`, `*`, `..`, spaces, newlines and braces are refused everywhere they enter, and every key
+  written is under the prefix or RQ's `rq:`;
+- no password appears in any message or log line, the worker's included.
+"""
+
 SECTIONS = {
     "load": (
         "Load",
@@ -44,10 +58,20 @@ SECTIONS = {
     ),
     "redis_kill_aof": (
         "Redis killed (SIGKILL) under AOF",
-        "Submits at full speed, Redis SIGKILLed and restarted on its AOF: acknowledged submits present afterwards.",
+        "Submits at full speed, Redis SIGKILLed and restarted on its AOF: acknowledged submits present afterwards. "
+        "What `everysec` can lose is what the kernel had not written to disk when the machine itself stops "
+        "(about the last second of writes); a Redis process killed on a running machine loses nothing under "
+        "either setting, since its writes are already in the kernel's cache. A machine crash is not simulated "
+        "here.",
     ),
     "redis_away": ("Redis away for a while", "Redis stopped for two seconds under a worker and an agent."),
-    "bad_input": ("Bad input", "Generated serve requests, heartbeats, listings, configs and pools."),
+    "bad_input": (
+        "Bad input",
+        "Generated serve requests, heartbeats, listings, configs and pools (with huge numbers, NaN, unicode, "
+        "NUL, and ids full of `*`, `:`, spaces and newlines): each accepted, or refused with one line naming "
+        "the field, and a refusal changes nothing stored; the accepted requests were then planned by a "
+        "worker with no job failing.",
+    ),
 }
 
 
@@ -86,6 +110,7 @@ def render(lines: list[dict[str, Any]]) -> str:
         for d in runs:
             out.append("| " + " | ".join(_cell(d.get(c, "")) for c in cols) + " |")
         out.append("")
+    out.append(SECURITY)
     out.append("## Machine\n")
     redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.strip()
     cpu = next(

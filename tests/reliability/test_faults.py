@@ -129,11 +129,13 @@ def test_acknowledged_submits_survive_a_redis_kill(fsync: str) -> None:
                     acked.append((c.submit(req, job_id=f"job-{i}"), time.monotonic()))
                     i += 1
                 except RedisUnavailable:
-                    return
+                    break
+            c.redis.close()
 
         t = threading.Thread(target=submit_forever)
         t.start()
         time.sleep(1.5)
+        client.redis.close()
         server.stop(kill=True)  # SIGKILL: no shutdown, no final fsync
         killed_at = time.monotonic()
         stop.set()
@@ -159,6 +161,7 @@ def test_acknowledged_submits_survive_a_redis_kill(fsync: str) -> None:
             # everysec may lose what was acknowledged in the last second or two before the kill, no more
             assert all(s < 2.5 for _, s in lost)
         assert placed == min(len(present), 8)
+        client.redis.close()
     finally:
         server.cleanup()
 
@@ -211,6 +214,7 @@ def test_redis_away_for_a_while(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         )
         assert refused_in < 6
         assert "cpu-agent" in client.store.node_ids()
+        client.redis.close()
     finally:
         stop.set()
         worker.stop()
