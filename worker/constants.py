@@ -27,10 +27,10 @@ MAINTENANCE_LOCK_MS = 1_500
 WAITING_SWEEP_INTERVAL_S = 30.0
 """The safety net: every waiting job is re-planned this often even if no wake-up came."""
 
-QUEUED_STALL_MS = 60_000
-"""A job ``queued`` this long without being picked up is enqueued again, in case the process that
-queued it died between recording it and enqueueing it. A second copy in the queue is harmless: the first
-to claim the job plans it and the other finds nothing to do."""
+QUEUED_LOST_MS = 10_000
+"""A job ``queued`` this long whose planning job is no longer on the queue was lost: taken off the queue by
+a worker that died before it could claim the job (a claim comes milliseconds after). It is enqueued
+again. A job still on the queue is only waiting its turn, and is left alone however long that takes."""
 
 WAKE_FLAG_TTL_MS = 5_000
 """A wake-up pass is queued at most once while this flag lives: a burst of heartbeats makes one pass. If

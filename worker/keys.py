@@ -77,6 +77,12 @@ def hold_id(job_id: str, replica: int, version: int) -> str:
     return f"{check_id(job_id, 'job_id')}:{replica}:{version}"
 
 
+def planning_job_id(job_id: str) -> str:
+    """The RQ job id of a serve job's planning job: fixed, so that the sweep can tell whether it is still on
+    the queue. RQ ids take letters, digits, ``_`` and ``-``, so the id is written in hex."""
+    return "plan-" + check_id(job_id, "job_id").encode().hex()
+
+
 def nomination_id(job_id: str) -> str:
     return f"{check_id(job_id, 'job_id')}:{NOMINATED}"
 

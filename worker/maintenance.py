@@ -10,6 +10,7 @@ import structlog
 
 from worker import constants as C
 from worker import planning
+from worker.keys import planning_job_id
 from worker.records import JobRecord, JobState, utcnow
 from worker.scripts import text
 from worker.store import Store, now_ms
@@ -23,7 +24,7 @@ def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
     if not force and not r.set(k.lock("maintenance"), "1", nx=True, px=C.MAINTENANCE_LOCK_MS):
         return {}
     now = now_ms()
-    done = {"lease_expired": 0, "node_silent": 0, "requeued_stalled": 0, "waiting_sweep": 0}
+    done = {"lease_expired": 0, "node_silent": 0, "requeued_lost": 0, "waiting_sweep": 0}
 
     for job_id in [text(j) for j in r.zrangebyscore(k.jobs(JobState.PLANNING), "-inf", now)]:
         lapsed = utcnow()
@@ -40,11 +41,16 @@ def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
         done["node_silent"] += 1
         planning.node_silent(store, node_id)
 
-    for job_id in [text(j) for j in r.zrangebyscore(k.jobs(JobState.QUEUED), "-inf", now - C.QUEUED_STALL_MS)]:
-        # bump its time first, so that the next sweep does not enqueue it again at once
-        if r.zadd(k.jobs(JobState.QUEUED), {job_id: now}, xx=True, ch=True):
-            store.enqueue_plan(job_id)
-            done["requeued_stalled"] += 1
+    old = [text(j) for j in r.zrangebyscore(k.jobs(JobState.QUEUED), "-inf", now - C.QUEUED_LOST_MS)]
+    if old:
+        on_queue = set(store.queue.get_job_ids())
+        for job_id in old:
+            # bump its time first, so that the next sweep does not enqueue it again at once
+            if planning_job_id(job_id) not in on_queue and r.zadd(
+                k.jobs(JobState.QUEUED), {job_id: now}, xx=True, ch=True
+            ):
+                store.enqueue_plan(job_id)
+                done["requeued_lost"] += 1
 
     for state in (JobState.FAILED, JobState.CANCELLED, JobState.RELEASED):
         r.zremrangebyscore(k.jobs(state), "-inf", now - C.FINISHED_TTL_S * 1000)

@@ -18,7 +18,7 @@ from rq.serializers import JSONSerializer
 
 from planner import PoolNode
 from worker import constants as C
-from worker.keys import CPU_CLASS, Keys, job_of_hold
+from worker.keys import CPU_CLASS, Keys, job_of_hold, planning_job_id
 from worker.records import JobRecord, JobState, NodeRecord
 from worker.scripts import script, text
 
@@ -448,6 +448,7 @@ class Store:
         self.queue.enqueue_call(
             "worker.jobs.plan_job",
             args=(self.keys.prefix, job_id),
+            job_id=planning_job_id(job_id),
             timeout=C.RQ_JOB_TIMEOUT_S,
             result_ttl=0,
             failure_ttl=C.RQ_FAILURE_TTL_S,

@@ -15,6 +15,7 @@ from tests.worker.helpers import drain, empty_queue, event_reasons, hb, queued_f
 from worker import constants as C
 from worker import maintenance, planning
 from worker.errors import JobExists, JobNotFound, WrongState
+from worker.keys import planning_job_id
 from worker.records import JobState
 
 
@@ -397,3 +398,19 @@ def test_a_plan_on_a_read_a_few_jobs_old_is_still_right(client: Client) -> None:
     settled = planning.settle(client.store, rec)
     assert settled is not None and settled.state is JobState.WAITING
     assert whole_state(client)["held"] == {"gpu-1": {taker: 1}}
+
+
+def test_a_planning_job_lost_with_its_worker_is_queued_again(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that took a planning job off the queue and died before claiming it leaves the job queued
+    with nothing on the queue for it: the sweep queues it again. One still on the queue is left alone."""
+    monkeypatch.setattr(C, "QUEUED_LOST_MS", 50)
+    client.heartbeat(hb("gpu-1", gpus=2, seq=1))
+    drain(client)
+    lost, waiting_its_turn = client.submit(request()), client.submit(request(context=4096))
+    client.redis.lrem(client.store.queue.key, 0, planning_job_id(lost))  # taken by a worker that then died
+    time.sleep(0.1)
+    done = maintenance.sweep(client.store, force=True)
+    assert done["requeued_lost"] == 1
+    assert queued_functions(client).count("worker.jobs.plan_job") == 2
+    drain(client)
+    assert [client.get(j).state for j in (lost, waiting_its_turn)] == [JobState.PLACED, JobState.PLACED]
