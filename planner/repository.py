@@ -11,8 +11,8 @@ import math
 import os
 import re
 import struct
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner.constants import KV_BYTES_PER_ELEMENT
 from planner.errors import InvalidInput
+from planner.gguf import read_header, shape_from_gguf
 from planner.model import ORIGINAL, Artifact, Shape
 from planner.pool import invalid_from
 from planner.quant import quant_of
@@ -252,12 +253,14 @@ def repository_from_folder(folder: str | os.PathLike[str]) -> Repository:
 
     Hidden entries (``.cache``, ``.git``) are skipped and links followed, as the Hub's cache keeps a
     snapshot's files as links to its blobs. The parameter count comes from the safetensors headers
-    where the weights are unquantised, else from the index.
+    where the weights are unquantised, else from the index. A folder of GGUF files with no
+    ``config.json`` (as most quantised repositories are) takes its shape and parameter count from the
+    first GGUF file's header.
     """
     root = Path(folder)
     if not root.is_dir():
         raise InvalidInput(str(folder), "(folder)", "not a folder")
-    config = _read_json(root / "config.json", required=True)
+    config = _read_json(root / "config.json", required=False)
     listing: list[dict[str, Any]] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -271,6 +274,8 @@ def repository_from_folder(folder: str | os.PathLike[str]) -> Repository:
                 raise InvalidInput(str(full), "(file)", f"cannot be read: {e.strerror}") from e
             listing.append({"path": full.relative_to(root).as_posix(), "size": size})
     artifacts = artifacts_from_listing(parse_listing(listing, str(root)), str(root))
+    if config is None:
+        return Repository(tuple(artifacts), _shape_from_gguf_files(root, artifacts, listing))
     params = 0
     if isinstance(config, Mapping) and dtype_bytes(config):
         original = [
@@ -285,6 +290,20 @@ def repository_from_folder(folder: str | os.PathLike[str]) -> Repository:
         if not params:
             params = params_from_index(_read_json(root / "model.safetensors.index.json", required=False), config)
     return Repository(tuple(artifacts), shape_from_config(config, params=params, source=str(root / "config.json")))
+
+
+def _shape_from_gguf_files(root: Path, artifacts: Sequence[Artifact], listing: Sequence[Mapping[str, Any]]) -> Shape:
+    gguf = [a for a in artifacts if a.format == "gguf"]
+    if not gguf:
+        raise InvalidInput(str(root / "config.json"), "(file)", "missing: a repository needs its config.json")
+    first = gguf[0]
+    files = [first.name]
+    if first.shards:
+        parts = ((f["path"], _GGUF_SPLIT.match(f["path"])) for f in listing)
+        files = sorted(path for path, m in parts if m is not None and m["stem"] == first.name)
+    headers = [read_header(root / f) for f in files]
+    shape = shape_from_gguf(headers[0], str(root / files[0]))
+    return replace(shape, params=sum(h.params for h in headers))
 
 
 def safetensors_params(path: Path) -> int:

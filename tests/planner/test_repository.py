@@ -267,8 +267,12 @@ def test_a_folder_is_a_repository(tmp_path: Path) -> None:
 
 
 def test_a_folder_without_config_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "m-Q4_K_M.gguf").write_bytes(b"x")
+    (tmp_path / "model.safetensors").write_bytes(b"x")
     with pytest.raises(InvalidInput, match=r"config.json: \(file\): missing"):
+        repository_from_folder(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    (tmp_path / "m-Q4_K_M.gguf").write_bytes(b"x")
+    with pytest.raises(InvalidInput, match=r"m-Q4_K_M.gguf: \(header\): not a GGUF file"):
         repository_from_folder(tmp_path)
     with pytest.raises(InvalidInput, match="not a folder"):
         repository_from_folder(tmp_path / "nope")
