@@ -40,6 +40,7 @@ from tests.redis_server import RedisServer
 from worker import constants as C
 from worker.config import configure_logging
 from worker.keys import Keys
+from worker.queueing import queue_class
 from worker.records import JobState, NodeRecord, utcnow
 from worker.scripts import text
 from worker.store import Store
@@ -50,6 +51,7 @@ CONTEXT = 8192
 PLAN_PREFIX = "bench"
 NOOP_PREFIX = "bench-noop"
 NOOP_FUNC = "bench.noop.noop"
+"""What the no-op jobs name: run by ``bench.noop``'s worker, which modelplan's would refuse."""
 REFRESH_SLICES = 50
 """A refreshed pool's heartbeats arrive in this many slices per interval (every 0.1 s), not all at once."""
 INGEST_BATCH = 1000
@@ -149,6 +151,8 @@ class Workers:
         cmd = [sys.executable, "-m", "producer.cli", "worker", "--redis-url", url, "--prefix", prefix]
         if burst:
             cmd.append("--burst")
+        if prefix == NOOP_PREFIX:  # modelplan's worker runs only modelplan's jobs: the no-op's own worker
+            cmd = [sys.executable, "-m", "bench.noop", url, prefix]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.logs = [tempfile.TemporaryFile() for _ in range(count)]  # noqa: SIM115 (closed by stop)
         self.procs = [
@@ -181,7 +185,7 @@ class Workers:
 def drain_rate(r: redis.Redis, url: str, prefix: str, jobs: int, workers: int) -> float:
     """Jobs per second: ``jobs`` are on the queue; ``workers`` burst workers start; the clock runs from the
     first job taken off the queue to the last one finished, as the workers count them."""
-    queue_key = Queue(Keys(prefix).queue_name, connection=r).key
+    queue_key = Keys(prefix).rq_queue
     seen: set[bytes] = set()
     ws = Workers(url, prefix, workers, burst=True)
     t0: float | None = None
@@ -219,7 +223,7 @@ def throughput(url: str, sizes: Sizes) -> None:
     beats = pool(sizes.pool, busy=False)
     for workers in sizes.workers:
         r.flushall()
-        noop_queue = Queue(Keys(NOOP_PREFIX).queue_name, connection=r, serializer=JSONSerializer)
+        noop_queue = queue_class(NOOP_PREFIX)(NOOP_PREFIX, connection=r, serializer=JSONSerializer)
         noop_queue.enqueue_many(
             [
                 Queue.prepare_data(
@@ -320,7 +324,7 @@ def _wait_state(r: redis.Redis, stream: str, after: str, states: set[str], timeo
 
 def _quiet(r: redis.Redis) -> None:
     """Wait until the planning queue is empty and no worker is busy, so that a trial starts alone."""
-    queue = Queue(Keys(PLAN_PREFIX).queue_name, connection=r)
+    queue = queue_class(PLAN_PREFIX)(Keys(PLAN_PREFIX).queue_name, connection=r)
     queue_key, started = queue.key, StartedJobRegistry(queue=queue).key
     for _ in range(5000):
         if r.llen(queue_key) == 0 and not r.zcard(started):

@@ -8,11 +8,11 @@ from planner.errors import InvalidInput, ModelplanError
 class BadId(InvalidInput):
     """Raised by the key module when an id could reach outside its key (``:``, ``*``, spaces, newlines)."""
 
-    def __init__(self, what: str, value: object) -> None:
+    def __init__(self, what: str, value: object, longest: int = 128) -> None:
         shown = repr(value)
         if len(shown) > 80:
             shown = shown[:77] + "..."
-        super().__init__("", what, f"{shown} is not an id: letters, digits, '.', '_' and '-' only, up to 128")
+        super().__init__("", what, f"{shown} is not an id: letters, digits, '.', '_' and '-' only, up to {longest}")
 
 
 class JobNotFound(ModelplanError, LookupError):
@@ -62,3 +62,30 @@ class RedisUnavailable(ModelplanError, ConnectionError):
 
     def __init__(self, url: str, cause: BaseException) -> None:
         super().__init__(f"Redis at {url} cannot be reached ({cause}); nothing was stored")
+
+
+class Refused(ModelplanError):
+    """Raised by the planning queue's job class, before anything is imported or called, for a queued job
+    that is not one of modelplan's job functions with arguments of their kinds under the worker's own
+    prefix."""
+
+    def __init__(self, rq_job_id: str, func: object, why: str) -> None:
+        self.rq_job_id = rq_job_id
+        shown = str(func)
+        self.func = shown if len(shown) <= 120 else shown[:117] + "..."
+        super().__init__(f"queued job {rq_job_id!r} refused: it names {self.func!r}, {why}; it was not run")
+
+
+class BadRecord(ModelplanError):
+    """Raised by the store's readers for a stored record that does not parse, or that a newer version of
+    modelplan wrote (``newer``): one line naming the key and what is wrong."""
+
+    def __init__(
+        self, key: str, what: str, raw: bytes = b"", *, newer: bool = False, member: str | None = None
+    ) -> None:
+        self.container, self.member = key, member
+        """The key, and the member of that index or field of that hash when the bad part is one."""
+        shown = None if member is None else member if len(member) <= 80 else member[:77] + "..."
+        self.key = key if shown is None else f"{key} {shown!r}"
+        self.what, self.raw, self.newer = what, raw, newer
+        super().__init__(f"{self.key}: {what}")

@@ -37,8 +37,20 @@ key (after the prefix)                  type    TTL                   written by
 ``lock:{name}``                         string  its holder's          maintenance: one sweeper at a time
 ``hub:{repo}@{revision}``               string  HUB_CACHE_TTL_S       producer.hub: a repository's
                                                                       listing and config, as resolved
-``rq:queue:{prefix}`` (RQ's own)        list    RQ's                  RQ: the planning queue
+``quarantine``                          hash    none                  worker.quarantine: the key of each
+                                                                      record that does not parse ->
+                                                                      JSON ``{"digest", "what",
+                                                                      "action", "at"}``
+``rq:queue:{prefix}``                   list    RQ's                  RQ: the planning queue (job ids)
+``rq:job:{rq_job_id}``                  hash    RQ's                  RQ: one planning job
+``rq:queues``                           set     none                  RQ: the queues under this prefix
 ======================================  ======  ====================  ==================================
+
+RQ's own keys for the queue and its jobs live under the prefix too (``worker.queueing`` gives RQ these
+names), so that one key pattern covers a deployment's clients. What a worker writes for its own
+bookkeeping (worker registrations, registries of started and failed jobs) RQ names from its
+``RQ_KEY_PREFIX`` environment variable, ``rq`` by default: set it to ``{prefix}:rq`` for the worker
+processes to keep those under the prefix as well.
 """
 
 from __future__ import annotations
@@ -48,8 +60,10 @@ import re
 from worker.constants import DEFAULT_PREFIX
 from worker.errors import BadId
 
-PREFIX_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+PREFIX_MAX = 64
+PREFIX_PATTERN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{PREFIX_MAX - 1}}}")
+ID_MAX = 128
+ID_PATTERN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{ID_MAX - 1}}}")
 """Job and node ids: letters, digits, ``.``, ``_``, ``-``. No ``:``, ``*``, space or newline, so an id can
 never reach outside its own key."""
 
@@ -96,7 +110,7 @@ class Keys:
 
     def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
         if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
-            raise BadId("prefix", prefix)
+            raise BadId("prefix", prefix, PREFIX_MAX)
         self.prefix = prefix
         self._p = prefix + ":"
 
@@ -104,6 +118,33 @@ class Keys:
     def queue_name(self) -> str:
         """The RQ queue planning jobs go on."""
         return self.prefix
+
+    @property
+    def rq_queue_namespace(self) -> str:
+        """What RQ puts before a queue's name to make its key: ``rq:queue:{prefix}`` is the queue."""
+        return f"{self._p}rq:queue:"
+
+    @property
+    def rq_job_namespace(self) -> str:
+        """What RQ puts before a planning job's id to make its key."""
+        return f"{self._p}rq:job:"
+
+    @property
+    def rq_queues(self) -> str:
+        """RQ's set of the queues under this prefix."""
+        return f"{self._p}rq:queues"
+
+    @property
+    def rq_queue(self) -> str:
+        """The planning queue's key, as RQ spells it from ``rq_queue_namespace`` and ``queue_name``."""
+        return self.rq_queue_namespace + self.queue_name
+
+    def rq_job(self, rq_job_id: str) -> str:
+        return self.rq_job_namespace + check_id(rq_job_id, "rq_job_id")
+
+    @property
+    def quarantine(self) -> str:
+        return f"{self._p}quarantine"
 
     def node(self, node_id: str) -> str:
         return f"{self._p}node:{check_id(node_id, 'node_id')}"

@@ -6,24 +6,65 @@ import os
 import socket
 import threading
 import uuid
+from typing import Any
 
 import redis
-import structlog
-from rq import SimpleWorker
+from rq import Queue, SimpleWorker
+from rq.defaults import RQ_KEY_PREFIX
+from rq.intermediate_queue import IntermediateQueue
+from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from worker import constants as C
+from worker import logs
 from worker.config import connect, redact
-from worker.errors import RedisUnavailable
+from worker.errors import RedisUnavailable, Refused
 from worker.keys import Keys
 from worker.maintenance import sweep
+from worker.queueing import PlanningJob, vet
 from worker.store import Store
 
-log = structlog.get_logger("modelplan.worker")
+log = logs.get_logger("modelplan.worker")
 
 
-class InProcessWorker(SimpleWorker):
-    """A SimpleWorker for draining the queue in this process (the demo, tests): it listens on no command
+class PlanningWorker(SimpleWorker):
+    """A SimpleWorker on one prefix's planning queue that runs only modelplan's job functions.
+
+    A job that ``vet`` refuses is logged once (its id and the function it named) and dropped from RQ's
+    keys without being started: nothing is imported or called, and nothing of modelplan's is touched.
+    """
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        prefix = job.prefix if isinstance(job, PlanningJob) else ""
+        try:
+            vet(job, prefix)
+        except Refused as e:
+            log.warning("job_refused", rq_job_id=job.id, func=e.func, reason=str(e))
+            with self.connection.pipeline(transaction=True) as pipe:
+                pipe.delete(job.key)
+                pipe.lrem(IntermediateQueue.get_intermediate_queue_key(queue.key), 1, job.id)
+                pipe.execute()
+            return
+        super().execute_job(job, queue)
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        # RQ removes the job from the intermediate list of a queue it rebuilds by name with its own key
+        # prefix; the planning queue's key carries modelplan's, so its list is named here
+        super().prepare_job_execution(job, remove_from_intermediate_queue=False)
+        if remove_from_intermediate_queue:
+            key = IntermediateQueue.get_intermediate_queue_key(self.queues[0].key)
+            self.connection.lrem(key, 1, job.id)
+
+
+def planning_worker(store: Store, cls: type[PlanningWorker] = PlanningWorker, **kw: Any) -> PlanningWorker:
+    """A worker on ``store``'s planning queue, with its queue and job classes (and so its keys)."""
+    queue = store.queue
+    classes: dict[str, Any] = {"queue_class": type(queue), "job_class": queue.job_class}
+    return cls([queue], connection=store.redis, serializer=JSONSerializer, **classes, **kw)
+
+
+class InProcessWorker(PlanningWorker):
+    """A PlanningWorker for draining the queue in this process (the demo, tests): it listens on no command
     channel, whose thread otherwise costs a second to stop after each drain."""
 
     def subscribe(self) -> None:
@@ -35,9 +76,7 @@ class InProcessWorker(SimpleWorker):
 
 def drain(store: Store) -> None:
     """Run every planning job queued now, in this process, as ``modelplan worker --burst`` does."""
-    InProcessWorker([store.queue], connection=store.redis, serializer=JSONSerializer).work(
-        burst=True, logging_level="WARNING"
-    )
+    planning_worker(store, InProcessWorker).work(burst=True, logging_level="WARNING")
 
 
 def worker_name() -> str:
@@ -60,7 +99,14 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
     conn = connect(url)
     store = Store(conn, keys)
     name = worker_name()
-    log.info("worker_started", worker=name, redis=redact(url), queue=keys.queue_name, burst=burst)
+    log.info(
+        "worker_started",
+        worker=name,
+        redis=redact(url),
+        queue=store.queue.key,
+        rq_bookkeeping=f"{RQ_KEY_PREFIX}:*",
+        burst=burst,
+    )
     stop = threading.Event()
     try:
         conn.ping()
@@ -72,7 +118,7 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
         threading.Thread(target=_maintain, args=(url, keys, stop), name="maintenance", daemon=True).start()
     # SimpleWorker runs jobs in this process: a plan takes milliseconds, and forking for each costs ~4x the
     # throughput. A crash mid-job is covered by the planning lease, not by RQ.
-    w = SimpleWorker([store.queue], connection=conn, serializer=JSONSerializer, name=name)
+    w = planning_worker(store, name=name)
     try:
         w.work(burst=burst, logging_level="WARNING")
     finally:

@@ -27,18 +27,27 @@ from worker.scripts import text
 ADMIN_PASSWORD = "admin-Zx9-only-for-tests"
 """The test's own admin user, for reading ACL LOG and the whole state beside the user under test."""
 
-MODELPLAN_ACL = (
-    "resetchannels ~modelplan:* ~rq:* &rq:pubsub:* -@all +@transaction +ping +info +client|setname +client|info "
-    "+evalsha +script|load +script|exists +get +set +mget +del +exists +expire +persist +incr +incrby "
+ACL_COMMANDS = (
+    "-@all +@transaction +ping +info +client|setname +client|info "
+    "+evalsha +script|load +script|exists +get +set +mget +del +exists +expire +persist +incr +incrby +type "
     "+hget +hset +hdel +hgetall +hmget +hlen +hexists +hincrby +hincrbyfloat "
     "+lpush +rpush +lpop +lrange +lrem +llen +lpos +lmove +blmove +blpop "
-    "+sadd +srem +smembers +scard +zadd +zrem +zcard +zscore +zrange +zrangebyscore +zremrangebyscore "
+    "+sadd +srem +smembers +scard +sismember +zadd +zrem +zcard +zscore +zrange +zrangebyscore +zremrangebyscore "
     "+zremrangebyrank +xadd +xlen +xread +xrevrange +rename +subscribe +unsubscribe +publish"
 )
-"""The least an ACL user running modelplan (workers, producers, node agents) needs, after ``on >PASSWORD``:
-its keys (``modelplan:*`` for the default prefix, RQ's ``rq:*``), RQ's command channels, and the commands
-modelplan, its Lua scripts (run as the calling user) and RQ send. INFO lets RQ read the server version
-(without it RQ assumes 5.0.9 and takes older paths); CLIENT SETNAME/INFO name the worker."""
+"""The commands modelplan, its Lua scripts (run as the calling user) and RQ send. INFO lets RQ read the
+server version (without it RQ assumes 5.0.9 and takes older paths); CLIENT SETNAME/INFO name the worker."""
+
+
+def tenant_acl(prefix: str) -> str:
+    """The README's rules for one prefix: its keys and, for a worker run with ``RQ_KEY_PREFIX={prefix}:rq``,
+    RQ's command channels under it. Clients, agents and workers of the prefix alike."""
+    return f"resetchannels ~{prefix}:* &{prefix}:rq:pubsub:* {ACL_COMMANDS}"
+
+
+MODELPLAN_ACL = f"resetchannels ~modelplan:* ~rq:* &rq:pubsub:* {ACL_COMMANDS}"
+"""The README's rules for a worker left with RQ's own ``rq`` prefix for its bookkeeping (as the in-process
+workers of these tests are): the prefix's keys, RQ's ``rq:*`` keys and command channels."""
 
 
 def _wait(proc: subprocess.Popen[bytes], ready: Callable[[], object], log: Path, what: str) -> None:
@@ -80,14 +89,19 @@ def _ping(client: redis.Redis) -> Callable[[], object]:
 
 
 @contextmanager
-def acl_server(rules: str = MODELPLAN_ACL, password: str = "secret") -> Iterator[int]:
-    """A redis-server whose only users are ``modelplan`` (``on >password`` + ``rules``) and ``admin`` (all
-    rights, ADMIN_PASSWORD); ``default`` is off, so nothing gets in without a login. Yields the port."""
+def acl_server(
+    rules: str = MODELPLAN_ACL, password: str = "secret", users: dict[str, str] | None = None
+) -> Iterator[int]:
+    """A redis-server whose only users are ``modelplan`` (``on >password`` + ``rules``), each of ``users``
+    (name -> rules, with the same password) and ``admin`` (all rights, ADMIN_PASSWORD); ``default`` is off,
+    so nothing gets in without a login. Yields the port."""
     folder = Path(tempfile.mkdtemp(prefix="modelplan-acl-"))
     port = free_port()
+    extra = [a for name, r in (users or {}).items() for a in ("--user", name, "on", f">{password}", *r.split())]
     args = [
         *_base(port, folder),
         *("--user", "modelplan", "on", f">{password}", *rules.split()),
+        *extra,
         *("--user", "admin", "on", f">{ADMIN_PASSWORD}", "~*", "&*", "+@all"),
         *("--user", "default", "off"),
     ]

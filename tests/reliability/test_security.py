@@ -3,22 +3,18 @@ URLs refused before anything is sent, and no password in any message or log line
 
 from __future__ import annotations
 
-import logging
 import pickle
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.connection import SSLConnection
-from rq import Queue
-from rq.job import Job
 from rq.registry import FailedJobRegistry
 from rq.serializers import DefaultSerializer
 
@@ -41,25 +37,13 @@ from worker import runner
 from worker.config import configure_logging, connect, redact
 from worker.errors import RedisUnavailable
 from worker.keys import Keys
+from worker.queueing import job_class, queue_class
 from worker.records import JobState
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "s3cr3t-Pa55-Zq7"
 """Distinctive, so that finding it anywhere in an output is never a coincidence."""
 WRONG = "wr0ng-Pa55-Qx4"
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    """Leave structlog and RQ's logger as they were: tests here point them at their own captured output (the
-    CLI's ``main`` and ``configure_logging`` bind structlog to the standard streams of the moment)."""
-    config = structlog.get_config()
-    rq_logger = logging.getLogger("rq.worker")
-    handlers, level = list(rq_logger.handlers), rq_logger.level
-    yield
-    structlog.configure(**config)
-    rq_logger.handlers[:] = handlers
-    rq_logger.setLevel(level)
 
 
 # --- no pickle on the Redis path ---------------------------------------------------------------------------
@@ -78,7 +62,9 @@ def test_no_pickle_in_the_code() -> None:
                     found.append(where)
                 if re.search(r"cloudpickle|DefaultSerializer|PickleSerializer|pickle\.loads", line):
                     found.append(where)
-                if re.search(r"\b(Queue|Worker|SimpleWorker|InProcessWorker)\(\[?[a-z]", line):
+                if re.search(
+                    r"\b(Queue|Worker|SimpleWorker|InProcessWorker|cls(?=\(\[)|queue_class\([\w.]+\))\(\[?[a-z]", line
+                ):
                     rq_built.append(where)
     assert found == []
     assert rq_built, "the scan finds where RQ queues and workers are made"
@@ -98,7 +84,7 @@ class Touch:
 def test_a_pickled_job_is_refused_and_runs_nothing(redis_url: str, tmp_path: Path) -> None:
     """Three ways a pickle can reach the planning queue (a job enqueued with RQ's pickle serializer, a JSON
     job whose data is replaced by raw pickle bytes, or by zlib-compressed pickle bytes as RQ stores data):
-    the JSON worker fails each job, runs none of the pickle, and no modelplan key changes."""
+    the worker refuses each job unrun, runs none of the pickle, and no modelplan key changes."""
     sanity = tmp_path / "sanity"
     pickle.loads(pickle.dumps(Touch(sanity)))  # the payload is live: unpickled, it does create its file
     assert sanity.exists()
@@ -110,10 +96,12 @@ def test_a_pickled_job_is_refused_and_runs_nothing(redis_url: str, tmp_path: Pat
     payload = Touch(marker)
     name = client.store.queue.name
 
-    pickled_queue = Queue(name, connection=client.redis, serializer=DefaultSerializer)
+    pickled_queue = queue_class(client.keys.prefix)(name, connection=client.redis, serializer=DefaultSerializer)
     jobs = [pickled_queue.enqueue_call("worker.jobs.plan_job", args=(client.keys.prefix, payload))]
     for data in (pickle.dumps(payload), zlib.compress(pickle.dumps(("worker.jobs.plan_job", None, (payload,), {})))):
-        job = Job.create("worker.jobs.plan_job", args=(client.keys.prefix, "sec-1"), connection=client.redis)
+        job = job_class(client.keys.prefix).create(
+            "worker.jobs.plan_job", args=(client.keys.prefix, "sec-1"), connection=client.redis
+        )
         client.store.queue.enqueue_job(job)
         client.redis.hset(job.key, "data", data)
         jobs.append(job)
@@ -121,8 +109,8 @@ def test_a_pickled_job_is_refused_and_runs_nothing(redis_url: str, tmp_path: Pat
     runner.drain(client.store)
 
     assert not marker.exists()
-    failed = FailedJobRegistry(queue=client.store.queue)
-    assert sorted(failed.get_job_ids()) == sorted(j.id for j in jobs)
+    assert FailedJobRegistry(queue=client.store.queue).get_job_ids() == []
+    assert [client.redis.exists(j.key) for j in jobs] == [0, 0, 0]
     assert client.store.queue.count == 0
     assert dump(client.redis, f"{client.keys.prefix}:*") == before
     assert client.get("sec-1").state is JobState.PLACED
@@ -159,7 +147,7 @@ def test_an_acl_user_with_the_minimal_rules_runs_everything(capsys: pytest.Captu
         admin = admin_client(port)
         assert admin.acl_log() == []
         assert foreign_keys(admin) == []
-        assert FailedJobRegistry(queue=Queue("modelplan", connection=admin)).get_job_ids() == []
+        assert FailedJobRegistry(queue=queue_class("modelplan")("modelplan", connection=admin)).get_job_ids() == []
         admin.close()
     assert PASSWORD not in "".join(capsys.readouterr())
 
@@ -371,14 +359,16 @@ def test_redact_never_shows_the_password(secret: str, user: str, host: str, tail
 
 
 def test_a_worker_logs_no_password(capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
-    """A worker run with a password URL, through a placement and a job that fails (a pickled payload, whose
-    traceback RQ logs), writes JSON lines that name the Redis URL redacted and never the password."""
+    """A worker run with a password URL, through a placement and a job it refuses (a pickled payload),
+    writes JSON lines that name the Redis URL redacted and never the password."""
     with acl_server(MODELPLAN_ACL, PASSWORD) as port:
         url = _url(port)
         client = Client.from_url(url)
         client.heartbeat(hb("sec-node-1", gpus=8))
         client.submit(request(), job_id="sec-1")
-        job = Job.create("worker.jobs.plan_job", args=("modelplan", "sec-1"), connection=client.redis)
+        job = job_class("modelplan").create(
+            "worker.jobs.plan_job", args=("modelplan", "sec-1"), connection=client.redis
+        )
         client.store.queue.enqueue_job(job)
         client.redis.hset(job.key, "data", pickle.dumps(Touch(Path("/nonexistent/never"))))
         capsys.readouterr()
@@ -386,9 +376,9 @@ def test_a_worker_logs_no_password(capsys: pytest.CaptureFixture[str], caplog: p
         runner.run(url, "modelplan", burst=True)
         out, err = capsys.readouterr()
         assert client.get("sec-1").state is JobState.PLACED
-        assert FailedJobRegistry(queue=client.store.queue).get_job_ids() == [job.id]
+        assert FailedJobRegistry(queue=client.store.queue).get_job_ids() == []
     assert '"event": "worker_started"' in out and "modelplan:***@127.0.0.1" in out and "job_placed" in out
-    assert "DeserializationError" in caplog.text + err
+    assert '"event": "job_refused"' in out and job.id in out
     assert PASSWORD not in out + err + caplog.text
 
 
