@@ -42,8 +42,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-import structlog
-
 from planner.constants import USABLE_FRACTION
 from planner.errors import InvalidInput, ModelplanError
 from planner.model import Artifact, Option
@@ -51,6 +49,7 @@ from planner.pool import ID_PATTERN
 from planner.quant import mem_from_class
 from producer import constants as K
 from producer.client import Client
+from worker import logs
 from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
 from worker.config import prefix as default_prefix
 from worker.config import redis_url as default_redis_url
@@ -59,7 +58,7 @@ from worker.keys import job_of_hold
 from worker.records import Heartbeat, JobRecord, Replica, Reservation, ServeRequest, parse_heartbeat
 from worker.store import Held
 
-log = structlog.get_logger("modelplan.agent")
+log = logs.get_logger("modelplan.agent")
 
 
 class CardsMissing(ModelplanError):

@@ -24,6 +24,7 @@ from planner import (
 from producer import agent
 from producer.client import Client, request_from_repository
 from producer.hub import looks_like_repo_id, resolve
+from producer.limits import check_folder, check_index, check_listing, read_bounded
 from producer.render import job_text, options_table, status_text
 from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
@@ -31,10 +32,10 @@ from worker.keys import Keys
 from worker.records import JobState, parse_heartbeat
 
 
-def _read_json(path: str, what: str) -> Any:
+def _read_json(path: str, what: str, bound: str) -> Any:
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        text = read_bounded(path, what, bound).decode("utf-8")
+    except UnicodeDecodeError as e:
         raise InvalidInput(path, what, f"cannot be read: {e}") from e
     try:
         return json.loads(text)
@@ -50,19 +51,21 @@ def load_repository(args: argparse.Namespace, client: Client | None = None) -> R
             return resolve(
                 args.repo, args.revision, cache=client.redis if client else None, keys=client.keys if client else Keys()
             )
+        check_folder(args.repo)
         return repository_from_folder(args.repo)
     if not (args.files and args.config):
         raise InvalidInput("arguments", "--files/--config", "give both --files and --config, or --repo DIR")
-    index = _read_json(args.index, "--index") if args.index else None
-    return repository_from_listing(
-        _read_json(args.files, "--files"), _read_json(args.config, "--config"), index, source=args.files
-    )
+    index = _read_json(args.index, "--index", "index_bytes") if args.index else None
+    files = _read_json(args.files, "--files", "listing_bytes")
+    check_listing(files, args.files)
+    check_index(index, args.index or "")
+    return repository_from_listing(files, _read_json(args.config, "--config", "config_bytes"), index, source=args.files)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     try:
-        pool_text = Path(args.pool).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        pool_text = read_bounded(args.pool, "--pool", "pool_bytes").decode("utf-8")
+    except UnicodeDecodeError as e:
         raise InvalidInput(args.pool, "--pool", f"cannot be read: {e}") from e
     nodes = pool_nodes(parse_pool(pool_text, args.pool))
     opts = plan(load_repository(args), nodes, args.context)
@@ -156,7 +159,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     client = _client(args)
     live = [r for s in (JobState.PLANNING, JobState.QUEUED, JobState.WAITING, JobState.PLACED) for r in client.jobs(s)]
-    print(status_text(client.pool(), client.counts(), live))
+    client.check_indexes()
+    print(status_text(client.pool(), client.counts(), live, client.quarantined()))
     return 0
 
 

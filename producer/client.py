@@ -20,8 +20,9 @@ import redis
 
 from planner import DEFAULT_CONTEXT, repository_from_folder, repository_from_listing
 from planner.repository import Repository
+from producer.limits import check_index, check_listing
 from worker import constants as C
-from worker import planning
+from worker import planning, quarantine
 from worker.config import connect, redact
 from worker.config import prefix as default_prefix
 from worker.config import redis_url as default_url
@@ -35,6 +36,7 @@ from worker.records import (
     ServeRequest,
     parse_heartbeat,
     parse_request,
+    read_record,
     utcnow,
 )
 from worker.scripts import text
@@ -74,6 +76,8 @@ def request_from_repository(
 
 def request_from_listing(files: Any, config: Any, index: Any = None, *, model: str, **kw: Any) -> ServeRequest:
     """A serve request for a repository given as its file listing and ``config.json`` data."""
+    check_listing(files)
+    check_index(index)
     return request_from_repository(repository_from_listing(files, config, index), model=model, **kw)
 
 
@@ -124,7 +128,7 @@ class Client:
                     pipe.watch(key)  # type: ignore[no-untyped-call]
                     raw = pipe.get(key)
                     if raw is not None:
-                        if JobRecord.from_json(raw).request == req:
+                        if read_record(JobRecord, raw, key).request == req:
                             return job_id
                         raise JobExists(job_id)
                     seq = self.store.next_seq()
@@ -240,8 +244,9 @@ class Client:
         return self._call(lambda: self.store.held_on(node_id))
 
     def records(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
-        """The records of several jobs in one round trip (None for an id with no record)."""
-        return self._call(lambda: self.store.jobs(job_ids))
+        """The records of several jobs in one round trip (None for an id with no readable record: see
+        ``quarantined``)."""
+        return [r if isinstance(r, JobRecord) else None for r in self._call(lambda: self.store.jobs(job_ids))]
 
     def counts(self) -> dict[str, int]:
         """How many jobs are in each state."""
@@ -255,4 +260,21 @@ class Client:
         return self._call(count)
 
     def jobs(self, state: JobState) -> list[JobRecord]:
-        return [r for r in self._call(lambda: self.store.jobs(self.store.job_ids(state))) if r is not None]
+        """The readable records of the jobs in ``state``; one that does not parse is left out, and counted
+        in ``quarantined``."""
+        out = []
+        for r in self._call(lambda: self.store.jobs(self.store.job_ids(state))):
+            if isinstance(r, JobRecord):
+                out.append(r)
+            elif r is not None:
+                self._call(partial(self.store.report_bad, r, "skipped"))
+        return out
+
+    def check_indexes(self) -> None:
+        """Read every state index, so that a member that is not a job id is counted in ``quarantined``."""
+        for state in JobState:
+            self._call(partial(self.store.job_ids, state))
+
+    def quarantined(self) -> dict[str, dict[str, Any]]:
+        """The stored records that do not parse, by key: what is wrong with each and what was done."""
+        return self._call(lambda: quarantine.entries(self.redis, self.keys))

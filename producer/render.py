@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from planner import Option
 from worker.records import JobRecord
@@ -69,7 +70,7 @@ def job_text(rec: JobRecord) -> str:
     return "\n".join(lines)
 
 
-CARD_GLYPHS = {"reserved": "█", "held": "▓", "busy": "▒", "free": "░"}
+CARD_GLYPHS = {"reserved": "█", "held": "▓", "busy": "▒", "free": "░", "unreadable": "×"}
 """How a card is drawn: reserved by a placed job, held for the waiting job at the head of its class,
 busy with something outside modelplan, or free."""
 
@@ -77,7 +78,8 @@ busy with something outside modelplan, or free."""
 def node_cards(snap: Snapshot, node_id: str) -> dict[str, int]:
     """A node's cards by what they are doing: reserved, held (for a waiting job), busy, free."""
     rec = snap.records[node_id]
-    holds = snap.held.get(node_id, {})
+    every = snap.held.get(node_id, {})
+    holds = {hid: h for hid, h in every.items() if not h.unreadable}
     reserved = sum(h.gpus for h in holds.values() if not h.nominated)
     held = sum(h.gpus for h in holds.values() if h.nominated)
     started = sum(h.gpus for hid, h in holds.items() if hid in rec.started and not h.nominated)
@@ -85,6 +87,8 @@ def node_cards(snap: Snapshot, node_id: str) -> dict[str, int]:
     busy = max(0, rec.gpus - rec.free_gpus - started)
     busy = min(busy, rec.gpus - reserved - held)
     free = max(0, rec.gpus - reserved - held - busy)
+    if len(holds) < len(every):  # a hold that cannot be read keeps every card it might hold taken
+        return {"reserved": reserved, "held": held, "busy": busy, "unreadable": free, "free": 0}
     return {"reserved": reserved, "held": held, "busy": busy, "free": free}
 
 
@@ -92,13 +96,15 @@ def pool_picture(snap: Snapshot) -> str:
     """Each node as a row of cards, with its RAM."""
     if not snap.records:
         return "no node in the pool"
-    legend = "  ".join(f"{g} {name}" for name, g in CARD_GLYPHS.items())
+    legend = "  ".join(f"{g} {name}" for name, g in CARD_GLYPHS.items() if name != "unreadable")
     rows = []
     for node_id in sorted(snap.records):
         rec = snap.records[node_id]
         cards = node_cards(snap, node_id)
         drawn = "".join(CARD_GLYPHS[k] * n for k, n in cards.items()) or "(no cards)"
-        ram_held = sum(h.host_gb for h in snap.held.get(node_id, {}).values())
+        if cards.get("unreadable"):
+            drawn += f"  ({CARD_GLYPHS['unreadable']} kept taken: a hold here does not parse)"
+        ram_held = sum(h.host_gb for h in snap.held.get(node_id, {}).values() if not h.unreadable)
         ram = f"RAM {rec.host_free_gb}/{rec.host_mem_gb} GiB free" + (f", {ram_held:.1f} reserved" if ram_held else "")
         what = f"{rec.gpus} × {rec.gpu_class}" if rec.gpu_class else "CPU node"
         fabric = f" on {rec.fabric}" if rec.fabric else ""
@@ -124,11 +130,20 @@ def job_row(rec: JobRecord) -> list[str]:
     return [parts[0], parts[1], parts[2], "; ".join(parts[3:])]
 
 
-def status_text(snap: Snapshot, counts: dict[str, int], jobs: Sequence[JobRecord]) -> str:
-    """The pool drawn as cards, then the jobs at a glance."""
+def status_text(
+    snap: Snapshot,
+    counts: dict[str, int],
+    jobs: Sequence[JobRecord],
+    quarantined: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
+    """The pool drawn as cards, then the jobs at a glance, then one line for each stored record that does
+    not parse."""
     out = [f"{len(snap.records)} node(s) in the pool", pool_picture(snap)]
     out.append("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if any(counts.values()) else "no jobs")
     out += [_table([job_row(r) for r in jobs])] if jobs else []
+    for key, found in sorted((quarantined or {}).items()):
+        action = f" ({found['action']})" if found.get("action") else ""
+        out.append(f"unreadable record {key}: {found.get('what', '?')}{action}")
     return "\n".join(out)
 
 

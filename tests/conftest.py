@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
 import redis
+import structlog
 
 from tests.redis_server import RedisServer
+from worker import quarantine
 
 
 @pytest.fixture(scope="session")
@@ -33,3 +36,27 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """Leave structlog and RQ's logger as they were: tests point them at their own captured output (the
+    CLI's ``main`` and ``configure_logging`` bind structlog to the standard streams of the moment)."""
+    configured = structlog.is_configured()
+    config = structlog.get_config()
+    rq_logger = logging.getLogger("rq.worker")
+    handlers, level = list(rq_logger.handlers), rq_logger.level
+    yield
+    if configured:
+        structlog.configure(**config)
+    else:
+        structlog.reset_defaults()
+    rq_logger.handlers[:] = handlers
+    rq_logger.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
+def fresh_quarantine_memory() -> None:
+    """Each test's Redis starts empty: what this process remembers having counted of a bad record (by its
+    key and bytes, which tests repeat) starts empty too."""
+    quarantine.forget()

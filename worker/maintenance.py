@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import structlog
-
 from worker import constants as C
-from worker import planning
+from worker import logs, planning, quarantine
+from worker.errors import BadRecord
 from worker.keys import planning_job_id
 from worker.records import JobRecord, JobState, utcnow
-from worker.scripts import text
 from worker.store import Store, now_ms
 
-log = structlog.get_logger("modelplan.maintenance")
+log = logs.get_logger("modelplan.maintenance")
 
 
 def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
@@ -24,16 +22,19 @@ def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
     if not force and not r.set(k.lock("maintenance"), "1", nx=True, px=C.MAINTENANCE_LOCK_MS):
         return {}
     now = now_ms()
-    done = {"lease_expired": 0, "node_silent": 0, "requeued_lost": 0, "waiting_sweep": 0}
+    done = {"lease_expired": 0, "node_silent": 0, "requeued_lost": 0, "waiting_sweep": 0, "quarantine_cleared": 0}
 
-    for job_id in [text(j) for j in r.zrangebyscore(k.jobs(JobState.PLANNING), "-inf", now)]:
+    planning_ids = r.zrangebyscore(k.jobs(JobState.PLANNING), "-inf", now)
+    for job_id in store.valid_ids(planning_ids, k.jobs(JobState.PLANNING), "a job id", "skipped"):
         lapsed = utcnow()
 
         def expired(rec: JobRecord, at: datetime = lapsed) -> bool:
             return rec.state is JobState.PLANNING and rec.lease_until is not None and rec.lease_until < at
 
-        rec = store.job(job_id)
-        who = rec.worker if rec else None
+        rec = planning.readable_job(store, job_id)
+        if rec is None:
+            continue
+        who = rec.worker
         if planning.requeue(store, job_id, f"worker {who} stopped mid-plan (its lease expired)", expired):
             done["lease_expired"] += 1
 
@@ -41,8 +42,12 @@ def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
         done["node_silent"] += 1
         planning.node_silent(store, node_id)
 
-    old = [text(j) for j in r.zrangebyscore(k.jobs(JobState.QUEUED), "-inf", now - C.QUEUED_LOST_MS)]
+    old_raw = r.zrangebyscore(k.jobs(JobState.QUEUED), "-inf", now - C.QUEUED_LOST_MS)
+    old = store.valid_ids(old_raw, k.jobs(JobState.QUEUED), "a job id", "skipped")
     if old:
+        # a record that does not parse is marked failed (or, written by a newer modelplan, left to it)
+        # rather than queued again every sweep
+        old = [j for j, rec in zip(old, store.jobs(old), strict=True) if not _unreadable(store, j, rec)]
         on_queue = set(store.queue.get_job_ids())
         for job_id in old:
             # bump its time first, so that the next sweep does not enqueue it again at once
@@ -60,6 +65,15 @@ def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
         store.enqueue_pass(full=True)
         done["waiting_sweep"] = 1
 
+    done["quarantine_cleared"] = quarantine.prune(r, k)
+
     if any(done.values()):
         log.info("maintenance_sweep", **done)
     return done
+
+
+def _unreadable(store: Store, job_id: str, rec: JobRecord | BadRecord | None) -> bool:
+    if isinstance(rec, BadRecord):
+        store.fail_unreadable_job(job_id, rec)
+        return True
+    return False

@@ -11,13 +11,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-import structlog
-
 from planner import InvalidInput
 from planner.decide import Hold, JobPlan, Outcome, Running, Wait, nominate, plan_job, same_layout, take
 from worker import constants as C
-from worker.errors import Contended, JobNotFound, WrongState
-from worker.keys import hold_id, nomination_id
+from worker import logs
+from worker.errors import BadRecord, Contended, JobNotFound, WrongState
+from worker.keys import hold_id, job_of_hold, nomination_id
 from worker.records import (
     MAX_REPLICAS,
     JobRecord,
@@ -31,7 +30,7 @@ from worker.records import (
 from worker.scripts import text
 from worker.store import HoldSpec, Snapshot, Store, class_of, clear_all, now_ms
 
-log = structlog.get_logger("modelplan.worker")
+log = logs.get_logger("modelplan.worker")
 
 FAULT_PAUSE_ENV = "MODELPLAN_FAULT_PAUSE_AFTER_CLAIM_S"
 """Fault injection for tests: a worker pauses this long after claiming a job, so that a test can kill
@@ -47,7 +46,7 @@ def claim(store: Store, job_id: str, worker: str) -> JobRecord | None:
     """Take a queued job (or one whose planner's lease ran out) into ``planning`` for ``worker``; None
     when there is nothing to do: another worker has it, or it was planned already."""
     for _ in range(C.PLAN_ATTEMPTS):
-        rec = store.job(job_id)
+        rec = readable_job(store, job_id)
         if rec is None:
             log.warning("job_missing", job_id=job_id)
             return None
@@ -64,6 +63,16 @@ def claim(store: Store, job_id: str, worker: str) -> JobRecord | None:
         if out.code == "gone":
             return None
     return None
+
+
+def readable_job(store: Store, job_id: str) -> JobRecord | None:
+    """A job's record for a worker to act on; None when there is none or it does not parse (then it is
+    marked failed, or left alone and reported when a newer modelplan wrote it)."""
+    try:
+        return store.job(job_id)
+    except BadRecord as e:
+        store.fail_unreadable_job(job_id, e)
+        return None
 
 
 def plan_queued(store: Store, job_id: str, worker: str) -> JobRecord | None:
@@ -292,7 +301,7 @@ def wake_pass(store: Store, full: bool = False) -> int:
     class. Returns how many replicas were placed or moved."""
     classes = store.take_wake()
     full = full or "*" in classes
-    ids = [text(j) for j in store.redis.zrange(store.keys.pending, 0, -1)]
+    ids = store.pending_ids()
     if not ids:
         return 0
     pending_for = store.redis.hmget(store.keys.pending_for, ids)
@@ -300,7 +309,10 @@ def wake_pass(store: Store, full: bool = False) -> int:
     snap = store.snapshot()
     moved = 0
     heads: set[str] = set()
-    for rec in store.jobs(wanted):
+    for job_id, rec in zip(wanted, store.jobs(wanted), strict=True):
+        if isinstance(rec, BadRecord):
+            store.fail_unreadable_job(job_id, rec)
+            continue
         if rec is None or not rec.pending:
             continue
         for _ in range(2):
@@ -316,7 +328,7 @@ def wake_pass(store: Store, full: bool = False) -> int:
             if code in ("stale", "gone"):
                 break
             snap = store.snapshot()
-            fresh = store.job(rec.job_id)
+            fresh = readable_job(store, rec.job_id)
             if fresh is None or not fresh.pending:
                 break
             rec = fresh
@@ -354,7 +366,7 @@ def _nomination(rec: JobRecord, plan: JobPlan, snap: Snapshot, heads: set[str]) 
 def requeue(store: Store, job_id: str, reason: str, when: Callable[[JobRecord], bool]) -> bool:
     """Send a job back through planning (freeing all it holds) if ``when`` holds for its record."""
     for _ in range(C.PLAN_ATTEMPTS):
-        rec = store.job(job_id)
+        rec = readable_job(store, job_id)
         if rec is None or not when(rec):
             return False
         new = rec.advance(JobState.QUEUED, replicas=(), nomination=None, worker=None, lease_until=None, reason=reason)
@@ -374,7 +386,7 @@ def lose_node(store: Store, job_id: str, node_id: str, reason: str, boot_id: str
     """The replicas of ``job_id`` on ``node_id`` (placed before ``boot_id``, if given) lost their node: they
     are planned again at once, in the same step that frees what they held; its other replicas run on."""
     for _ in range(C.PLAN_ATTEMPTS):
-        rec = store.job(job_id)
+        rec = readable_job(store, job_id)
         if rec is None or rec.state.final or rec.state in (JobState.QUEUED, JobState.PLANNING):
             return False
         held = store.held_on(node_id)
@@ -417,15 +429,19 @@ def lose_node(store: Store, job_id: str, node_id: str, reason: str, boot_id: str
 
 
 def node_restarted(store: Store, node_id: str, boot_id: str) -> int:
-    """The replicas placed on ``node_id`` before it booted as ``boot_id`` are gone with that boot."""
-    jobs = {hid.split(":", 1)[0] for hid, h in store.held_on(node_id).items() if not h.nominated}
+    """The replicas placed on ``node_id`` before it booted as ``boot_id`` are gone with that boot. Only
+    when the node's stored heartbeat reports that boot: a restart no heartbeat shows changes nothing."""
+    if store.node_boot(node_id) != boot_id:
+        log.warning("restart_not_seen", node_id=node_id, boot_id=boot_id)
+        return 0
+    jobs = {job_of_hold(hid) for hid, h in store.held_on(node_id).items() if not h.nominated and not h.unreadable}
     return sum(lose_node(store, j, node_id, f"node {node_id} restarted", boot_id) for j in sorted(jobs))
 
 
 def node_silent(store: Store, node_id: str) -> int:
     """The replicas on a node whose heartbeat lapsed wait again; the node leaves the pool's index."""
     held = store.held_on(node_id)
-    jobs = sorted({hid.split(":", 1)[0] for hid in held})
+    jobs = sorted({job_of_hold(hid) for hid, h in held.items() if not h.unreadable})
     count = sum(lose_node(store, j, node_id, f"node {node_id} went silent") for j in jobs)
     for j in jobs:  # nominations on it go too
         _drop_nomination(store, j, node_id)
@@ -435,7 +451,7 @@ def node_silent(store: Store, node_id: str) -> int:
 
 
 def _drop_nomination(store: Store, job_id: str, node_id: str) -> None:
-    rec = store.job(job_id)
+    rec = readable_job(store, job_id)
     if rec is None or rec.nomination is None or node_id not in _nominated(rec.nomination.holds):
         return
     new = rec.advance(rec.state, nomination=None)

@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from planner import Artifact, InvalidInput, Option, Shape, check_context
 from planner.pool import ID_PATTERN, NodeReport, invalid_from
 from worker.constants import PRIORITY_MAX
+from worker.errors import BadRecord
 from worker.keys import HOLD_PATTERN
 
 SCHEMA_VERSION = 1
@@ -293,3 +294,35 @@ class JobRecord(BaseModel):
         """The next version of this record, in ``state``."""
         changes.update(state=state, version=self.version + 1, updated_at=utcnow())
         return self.model_copy(update=changes)
+
+
+Stored = TypeVar("Stored", bound=BaseModel)
+
+
+def stored_schema(raw: bytes | str) -> int:
+    """The ``schema_version`` a stored record says it has: 0 when it says none or is not a JSON object."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return 0
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    return version if isinstance(version, int) and not isinstance(version, bool) else 0
+
+
+def read_record(model: type[Stored], raw: bytes | str, key: str) -> Stored:
+    """A stored record, or ``BadRecord`` naming ``key`` and what is wrong with it in one line; ``newer``
+    when a newer version of modelplan wrote it."""
+    try:
+        return model.model_validate_json(raw)
+    except (ValidationError, ValueError, RecursionError) as e:
+        blob = raw.encode() if isinstance(raw, str) else bytes(raw)
+        version = stored_schema(raw)
+        if version > SCHEMA_VERSION:
+            what = f"written by a newer modelplan (schema_version {version}; this one reads {SCHEMA_VERSION})"
+            raise BadRecord(key, what, blob, newer=True) from e
+        if isinstance(e, ValidationError):
+            problem = invalid_from(e, "")
+            what = f"{problem.field}: {problem.problem}"
+        else:
+            what = f"not a record ({type(e).__name__})"
+        raise BadRecord(key, what, blob) from e

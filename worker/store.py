@@ -13,13 +13,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
-from rq import Queue
-from rq.serializers import JSONSerializer
 
 from planner import PoolNode
 from worker import constants as C
-from worker.keys import CPU_CLASS, Keys, job_of_hold, planning_job_id
-from worker.records import JobRecord, JobState, NodeRecord
+from worker import quarantine
+from worker.errors import BadRecord
+from worker.keys import CPU_CLASS, HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold, planning_job_id
+from worker.queueing import planning_queue
+from worker.records import JobRecord, JobState, NodeRecord, read_record
 from worker.scripts import script, text
 
 
@@ -35,11 +36,28 @@ class Held:
     host_gb: float
     boot_id: str
     nominated: bool = False
+    unreadable: str = ""
+    """Why the stored hold could not be read, if it could not: it then counts as holding every card and
+    all host memory of its node (``UNREADABLE``), since which it held is unknown."""
 
     @staticmethod
     def parse(value: bytes | str) -> Held:
-        d = json.loads(value)
-        return Held(int(d["gpus"]), float(d["host_gb"]), str(d.get("boot_id", "")), bool(d.get("nominated", False)))
+        """A stored hold; ``UNREADABLE`` (with the reason) for one that does not parse."""
+        try:
+            d = json.loads(value)
+            gpus, host_gb = d["gpus"], d["host_gb"]
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (gpus, host_gb)):
+                raise ValueError("gpus and host_gb must be numbers")
+            if not (0 <= gpus <= UNREADABLE.gpus and 0 <= host_gb <= UNREADABLE.host_gb):
+                raise ValueError("gpus or host_gb out of range")
+            return Held(int(gpus), float(host_gb), str(d.get("boot_id", "")), bool(d.get("nominated", False)))
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
+            why = str(e) if isinstance(e, ValueError) and not isinstance(e, json.JSONDecodeError) else "not JSON"
+            return replace(UNREADABLE, unreadable=f"hold does not parse ({why[:80]})")
+
+
+UNREADABLE = Held(gpus=1 << 20, host_gb=float(1 << 40), boot_id="", unreadable="hold does not parse")
+"""A hold that cannot be read: more cards and memory than any node has, so none of its node counts free."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +95,7 @@ class ParseCache:
 
     def __init__(self) -> None:
         self.nodes: dict[bytes, ParsedNode] = {}
+        self.bad_nodes: dict[bytes, BadRecord] = {}
         self.holds: dict[bytes, Held] = {}
         self.node_keys: dict[str, dict[str, str]] = {}
         """``Keys.node`` of each node id, by prefix: the key checks its id, and a pool is read often."""
@@ -93,10 +112,19 @@ class ParseCache:
             out.append(key)
         return out
 
-    def node(self, raw: bytes) -> ParsedNode:
+    def node(self, raw: bytes, key: str) -> ParsedNode:
+        """The node a stored heartbeat holds; ``BadRecord`` for one that does not parse (remembered, so
+        that it is not parsed again while its bytes stay the same)."""
         got = self.nodes.get(raw)
         if got is None:
-            got = self.nodes[raw] = ParsedNode.of(NodeRecord.model_validate_json(raw))
+            bad = self.bad_nodes.get(raw)
+            if bad is not None:
+                raise BadRecord(key, bad.what, raw, newer=bad.newer)
+            try:
+                got = self.nodes[raw] = ParsedNode.of(read_record(NodeRecord, raw, key))
+            except BadRecord as e:
+                self.bad_nodes[raw] = e
+                raise
         return got
 
     def hold(self, raw: bytes) -> Held:
@@ -112,6 +140,8 @@ class ParseCache:
             self.nodes = {raw: self.nodes[raw] for raw in node_raws if raw is not None and raw in self.nodes}
         if len(self.holds) > PARSE_CACHE_SLACK:
             self.holds = {}
+        if len(self.bad_nodes) > PARSE_CACHE_SLACK:
+            self.bad_nodes = {}
 
 
 PARSE_CACHE_SLACK = 10_000
@@ -252,7 +282,7 @@ class Store:
     def __init__(self, client: redis.Redis, keys: Keys | None = None) -> None:
         self.redis = client
         self.keys = keys or Keys()
-        self.queue = Queue(self.keys.queue_name, connection=client, serializer=JSONSerializer)
+        self.queue = planning_queue(client, self.keys)
         self._recent: tuple[float, Snapshot] | None = None
 
     # --- nodes ------------------------------------------------------------------------------------------
@@ -297,7 +327,20 @@ class Store:
         return keys, args
 
     def node_ids(self) -> list[str]:
-        return [text(n) for n in self.redis.zrange(self.keys.nodes, 0, -1)]
+        """The ids in the pool's index; a member that is not a node id is reported and skipped."""
+        return self.valid_ids(self.redis.zrange(self.keys.nodes, 0, -1), self.keys.nodes, "a node id", "skipped")
+
+    def node_boot(self, node_id: str) -> str | None:
+        """The boot a node's stored heartbeat reports; None when it has none that parses."""
+        key = self.keys.node(node_id)
+        raw = self.redis.get(key)
+        if raw is None:
+            return None
+        try:
+            return _cache.node(raw.encode() if isinstance(raw, str) else raw, key).record.boot_id
+        except BadRecord as e:
+            self.report_bad(e, "left out of the pool")
+            return None
 
     def recent_snapshot(self, max_age_s: float) -> Snapshot:
         """The last snapshot this store took, if younger than ``max_age_s`` (with this process's own
@@ -317,8 +360,8 @@ class Store:
             pipe.smembers(k.held_nodes)
             ids_raw, epoch, held_nodes = pipe.execute()
         cache = _cache
-        ids = [text(i) for i in ids_raw]
-        held_ids = sorted(text(n) for n in held_nodes)
+        ids = self.valid_ids(ids_raw, k.nodes, "a node id", "left out of the pool")
+        held_ids = sorted(self.valid_ids(held_nodes, k.held_nodes, "a node id", "skipped"))
         with self.redis.pipeline(transaction=False) as pipe:
             if ids:
                 pipe.mget(cache.node_keys_of(k, ids))
@@ -326,8 +369,14 @@ class Store:
                 pipe.hgetall(k.held(n))
             replies = pipe.execute()
         raws = replies.pop(0) if ids else []
-        parsed = {i: cache.node(raw) for i, raw in zip(ids, raws, strict=True) if raw}
-        held = {n: {text(hid): cache.hold(v) for hid, v in h.items()} for n, h in zip(held_ids, replies, strict=True)}
+        parsed: dict[str, ParsedNode] = {}
+        for i, raw in zip(ids, raws, strict=True):
+            if raw:
+                try:
+                    parsed[i] = cache.node(raw, k.node(i))
+                except BadRecord as e:
+                    self.report_bad(e, "left out of the pool")
+        held = {n: self._holds(n, h) for n, h in zip(held_ids, replies, strict=True)}
         cache.trim(raws)
         records = {i: p.record for i, p in parsed.items()}
         return Snapshot(text(epoch) if epoch is not None else "0", records, held, parsed)
@@ -359,22 +408,105 @@ class Store:
         return True
 
     def held_on(self, node_id: str) -> dict[str, Held]:
-        return _parse_held(self.redis.hgetall(self.keys.held(node_id)))
+        return self._holds(node_id, self.redis.hgetall(self.keys.held(node_id)))
+
+    def _holds(self, node_id: str, raw: dict[Any, Any]) -> dict[str, Held]:
+        """A node's holds by id. One that does not parse, or whose id is not a hold id, is reported and
+        kept as ``UNREADABLE``: none of the node's cards count as free while it is there."""
+        out: dict[str, Held] = {}
+        for field, value in raw.items():
+            hid, held = text(field), _cache.hold(value)
+            if not HOLD_PATTERN.fullmatch(hid):
+                held = replace(UNREADABLE, unreadable="not a hold id")
+            if held.unreadable:
+                bad = BadRecord(self.keys.held(node_id), held.unreadable, bytes(value), member=hid)
+                self.report_bad(bad, "its node's cards kept taken")
+            out[hid] = held
+        return out
+
+    def valid_ids(self, raw: Any, index: str, what: str, action: str) -> list[str]:
+        """The members of an index that are ids; each one that is not is reported."""
+        out = []
+        for member in raw:
+            value = member.decode(errors="replace") if isinstance(member, bytes) else str(member)
+            if ID_PATTERN.fullmatch(value):
+                out.append(value)
+            else:
+                self.report_bad(BadRecord(index, f"not {what}", value.encode(), member=value), action)
+        return out
+
+    # --- records that do not parse --------------------------------------------------------------------
+
+    def report_bad(self, bad: BadRecord, action: str) -> None:
+        """Log a record that does not parse, and count it in ``quarantine``, once for its bytes."""
+        quarantine.report(self.redis, self.keys, bad, action)
+
+    def fail_unreadable_job(self, job_id: str, bad: BadRecord) -> bool:
+        """Mark a job whose record does not parse as failed, keeping the record's bytes and freeing what it
+        held, unless the record changed since it was read; a record of a newer schema is only reported (a
+        newer worker may own it). True when the job was marked."""
+        if bad.newer:
+            self.report_bad(bad, "left alone: a newer modelplan owns it")
+            return False
+        k = self.keys
+        holds = [(n, hid) for n, hs in self.snapshot().held.items() for hid in hs if job_of_hold(hid) == job_id]
+        states = [s for s in JobState if s is not JobState.FAILED]
+        keys = [k.job(job_id), k.job_events(job_id), k.events, k.jobs(JobState.FAILED)]
+        keys += [k.jobs(s) for s in states]
+        keys += [k.pending, k.pending_for, k.epoch, k.wake, k.wake_classes, k.held_nodes, k.quarantine]
+        keys += [k.held(n) for n, _ in holds]
+        reason = f"its record does not parse ({bad.what}); marked failed, the record kept as it was"
+        args: list[Any] = [
+            job_id,
+            bad.raw,
+            reason,
+            now_ms(),
+            C.FINISHED_TTL_S,
+            C.EVENTS_MAXLEN,
+            C.JOB_EVENTS_MAXLEN,
+            quarantine.entry(bad, "marked failed"),
+            C.WAKE_FLAG_TTL_MS,
+            len(holds),
+        ]
+        for n, hid in holds:
+            args += [n, hid]
+        code, wake = script(self.redis, "quarantine_job")(keys=keys, args=args)
+        if text(code) != "ok":
+            return False
+        quarantine.logged(self.keys, bad, "marked failed")
+        if int(wake):
+            self.enqueue_pass()
+        return True
 
     # --- jobs -------------------------------------------------------------------------------------------
 
     def job(self, job_id: str) -> JobRecord | None:
-        raw = self.redis.get(self.keys.job(job_id))
-        return JobRecord.from_json(raw) if raw is not None else None
+        """A job's record; None when there is none, ``BadRecord`` when it does not parse."""
+        key = self.keys.job(job_id)
+        raw = self.redis.get(key)
+        return read_record(JobRecord, raw, key) if raw is not None else None
 
-    def jobs(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
+    def jobs(self, job_ids: Sequence[str]) -> list[JobRecord | BadRecord | None]:
+        """Several jobs' records in one round trip: each a record, None, or the ``BadRecord`` it is."""
         if not job_ids:
             return []
-        raws = self.redis.mget([self.keys.job(j) for j in job_ids])
-        return [JobRecord.from_json(r) if r is not None else None for r in raws]
+        keys = [self.keys.job(j) for j in job_ids]
+        out: list[JobRecord | BadRecord | None] = []
+        for key, raw in zip(keys, self.redis.mget(keys), strict=True):
+            try:
+                out.append(read_record(JobRecord, raw, key) if raw is not None else None)
+            except BadRecord as e:
+                out.append(e)
+        return out
 
     def job_ids(self, state: JobState) -> list[str]:
-        return [text(j) for j in self.redis.zrange(self.keys.jobs(state), 0, -1)]
+        """The ids in a state's index; a member that is not a job id is reported and skipped."""
+        key = self.keys.jobs(state)
+        return self.valid_ids(self.redis.zrange(key, 0, -1), key, "a job id", "skipped")
+
+    def pending_ids(self) -> list[str]:
+        key = self.keys.pending
+        return self.valid_ids(self.redis.zrange(key, 0, -1), key, "a job id", "skipped")
 
     def transition(
         self,
@@ -493,7 +625,3 @@ def clear_all(rec: JobRecord) -> list[tuple[str, str, str]]:
 
 def _heartbeat_reply(reply: Any) -> tuple[bool, bool, bool]:
     return text(reply[0]) == "ok", int(reply[1]) == 1, int(reply[2]) == 1
-
-
-def _parse_held(raw: dict[Any, Any]) -> dict[str, Held]:
-    return {text(hid): Held.parse(value) for hid, value in raw.items()}

@@ -15,8 +15,18 @@
 local old_raw = redis.call('GET', KEYS[1])
 local freed = {}
 local restarted = 0
+local old
 if old_raw then
-  local old = cjson.decode(old_raw)
+  -- a stored heartbeat that does not decode is as good as none: this one replaces it
+  local ok, decoded = pcall(cjson.decode, old_raw)
+  if ok and type(decoded) == 'table' and type(decoded.seq) == 'number' and type(decoded.free_gpus) == 'number'
+      and type(decoded.host_free_gb) == 'number' then
+    old = decoded
+  else
+    old_raw = false
+  end
+end
+if old_raw then
   if old.boot_id == ARGV[4] then
     if tonumber(old.seq) >= tonumber(ARGV[3]) then
       return {'stale', 0, 0}

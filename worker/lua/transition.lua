@@ -23,8 +23,8 @@
 -- ARGV[8]  epoch the plan saw, or ""
 --
 -- Returns {code, detail, wake}: "ok" (detail: the new version; wake 1: the caller queues a wake-up
--- pass), "stale" (detail: the version now), "gone" (no record), "full" or "silent" (detail: the node
--- that lacks room or has no live heartbeat; nothing written).
+-- pass), "stale" (detail: the version now, or "unreadable"), "gone" (no record), "full" or "silent"
+-- (detail: the node that lacks room, or has no live heartbeat that decodes; nothing written).
 
 local job_id = ARGV[1]
 local n_place, n_clear = tonumber(ARGV[14]), tonumber(ARGV[15])
@@ -35,7 +35,12 @@ local raw = redis.call('GET', KEYS[1])
 if not raw then
   return {'gone', '', 0}
 end
-local current = tostring(cjson.decode(raw).version)
+-- a record that does not decode is stale to every caller: it re-reads it and finds it unreadable
+local ok, record = pcall(cjson.decode, raw)
+if not ok or type(record) ~= 'table' or record.version == nil then
+  return {'stale', 'unreadable', 0}
+end
+local current = tostring(record.version)
 if current ~= ARGV[2] then
   return {'stale', current, 0}
 end
@@ -58,7 +63,12 @@ for i = 1, n_place do
   if not node_raw then
     return {'silent', node_id, 0}
   end
-  local node = cjson.decode(node_raw)
+  -- a heartbeat that does not decode leaves its node out of the pool, as a silent one is
+  local decoded, node = pcall(cjson.decode, node_raw)
+  if not decoded or type(node) ~= 'table' or type(node.gpus) ~= 'number' or type(node.free_gpus) ~= 'number'
+      or type(node.host_free_gb) ~= 'number' or type(node.started) ~= 'table' then
+    return {'silent', node_id, 0}
+  end
   local started = {}
   for _, s in ipairs(node.started) do
     started[s] = true
@@ -69,7 +79,11 @@ for i = 1, n_place do
   local held = redis.call('HGETALL', KEYS[11 + 2 * i])
   for h = 1, #held, 2 do
     if held[h] ~= hold_id and not skip[held[h]] then
-      local r = cjson.decode(held[h + 1])
+      -- a hold that does not decode keeps its cards taken; which cards is unknown, so all are
+      local readable, r = pcall(cjson.decode, held[h + 1])
+      if not readable or type(r) ~= 'table' or type(r.gpus) ~= 'number' or type(r.host_gb) ~= 'number' then
+        return {'full', node_id, 0}
+      end
       all_gpus = all_gpus + r.gpus
       if not started[held[h]] then
         unseen_gpus = unseen_gpus + r.gpus

@@ -1,0 +1,54 @@
+-- quarantine_job.lua: a job whose record does not parse is marked failed, in one step, unless the record
+-- changed since it was read. The record's bytes are kept as they are (they expire as a failed record
+-- does); the job leaves every other state index and the pending index, joins jobs:failed, frees any hold
+-- it had (waking every waiting job), and the change goes onto both streams with the reason.
+--
+-- KEYS[1]  job:{id}           KEYS[4]   jobs:failed          KEYS[11] pending      KEYS[14] wake
+-- KEYS[2]  job:{id}:events    KEYS[5..10] the other six       KEYS[12] pending:for  KEYS[15] wake:classes
+-- KEYS[3]  events                        jobs:{state}         KEYS[13] epoch        KEYS[16] held:nodes
+-- KEYS[17] quarantine
+-- KEYS[18..] held:{node} for each hold to drop
+--
+-- ARGV[1] job id               ARGV[5] seconds to keep the record   ARGV[9]  wake flag TTL, ms
+-- ARGV[2] the record as read   ARGV[6] events MAXLEN                ARGV[10] holds to drop (n)
+-- ARGV[3] reason               ARGV[7] job events MAXLEN            ARGV[11..] n x (node id, hold id)
+-- ARGV[4] now, ms              ARGV[8] quarantine entry, JSON
+--
+-- Returns {code, wake}: "ok", or "changed" (the record is no longer what was read: nothing written);
+-- wake 1 when the caller queues a wake-up pass.
+local job_id = ARGV[1]
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then
+  return {'changed', 0}
+end
+for i = 5, 10 do
+  redis.call('ZREM', KEYS[i], job_id)
+end
+redis.call('ZADD', KEYS[4], ARGV[4], job_id)
+redis.call('ZREM', KEYS[11], job_id)
+redis.call('HDEL', KEYS[12], job_id)
+redis.call('HSET', KEYS[17], KEYS[1], ARGV[8])
+local wake = 0
+local freed = false
+for j = 1, tonumber(ARGV[10]) do
+  local node_id, hold_id = ARGV[9 + 2 * j], ARGV[10 + 2 * j]
+  if redis.call('HDEL', KEYS[17 + j], hold_id) == 1 then
+    freed = true
+    if redis.call('HLEN', KEYS[17 + j]) == 0 then
+      redis.call('SREM', KEYS[16], node_id)
+    end
+  end
+end
+if freed then
+  redis.call('INCR', KEYS[13])
+  redis.call('SADD', KEYS[15], '*')
+  if redis.call('SET', KEYS[14], '1', 'NX', 'PX', ARGV[9]) then
+    wake = 1
+  end
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', 'job_id', job_id, 'state', 'failed',
+           'version', '0', 'reason', ARGV[3])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], '*', 'job_id', job_id, 'state', 'failed',
+           'version', '0', 'reason', ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+return {'ok', wake}
