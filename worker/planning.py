@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from planner import InvalidInput
-from planner.decide import Hold, JobPlan, Outcome, Running, Wait, nominate, plan_job, same_layout, take
+from planner import InvalidInput, Option
+from planner.decide import Hold, JobPlan, Outcome, Running, Wait, class_key, nominate, plan_job, same_layout, take
+from planner.options import rank_key
 from worker import constants as C
 from worker import logs
 from worker.errors import BadRecord, Contended, JobNotFound, WrongState
@@ -199,13 +200,39 @@ def change_for(
         ever_fit=rec.ever_fit or plan.target is not None,
         hold_lapsed_at=utcnow() if lapsed else rec.hold_lapsed_at,
     )
-    pending = (class_of(new), waiting_score(new)) if new.pending else None
+    pending = (waits_on(new, plan.alternatives), waiting_score(new)) if new.pending else None
     score = waiting_score(new) if state is JobState.WAITING else now_ms()
     return Change(new, tuple(place), tuple(clear), score, pending)
 
 
 def _nominated(holds: Sequence[Reservation]) -> dict[str, int]:
     return {h.node_id: h.gpus for h in holds}
+
+
+def hardware_rank(o: Option) -> tuple[object, ...]:
+    """What the ranking puts first, the hardware: CPU or card, cards, nodes, precision. Whether it is free
+    now, and the room left, only break ties within it."""
+    return rank_key(o)[:4]
+
+
+def waits_on(rec: JobRecord, alternatives: Sequence[Option]) -> str:
+    """The classes whose freed capacity a pending job is woken by, comma-joined as ``pending:for`` holds
+    them: every class of an option ranked equal to its best on the hardware, since freed capacity there
+    makes that option the best (free now breaks the tie); with a fallback, every class it can run on;
+    ``any`` when it has no option."""
+    best = rec.option
+    if best is None:
+        return "any"
+    same = [o for o in alternatives if rec.request.fallback or hardware_rank(o) == hardware_rank(best)]
+    return ",".join(sorted({class_key(o) for o in (best, *same)}))
+
+
+def woken(pending_for: str | None, freed: set[str]) -> bool:
+    """Whether a job pending on ``pending_for`` is woken by capacity freed in the ``freed`` classes."""
+    if pending_for is None:
+        return True
+    wants = set(pending_for.split(","))
+    return "any" in wants or bool(wants & {c for f in freed for c in f.split(",")})
 
 
 def commit(store: Store, rec: JobRecord, change: Change, snap: Snapshot) -> tuple[str, JobRecord | None]:
@@ -305,7 +332,9 @@ def wake_pass(store: Store, full: bool = False) -> int:
     if not ids:
         return 0
     pending_for = store.redis.hmget(store.keys.pending_for, ids)
-    wanted = [j for j, c in zip(ids, pending_for, strict=True) if full or c is None or text(c) in classes | {"any"}]
+    wanted = [
+        j for j, c in zip(ids, pending_for, strict=True) if full or woken(None if c is None else text(c), classes)
+    ]
     snap = store.snapshot()
     moved = 0
     heads: set[str] = set()
@@ -460,7 +489,7 @@ def _drop_nomination(store: Store, job_id: str, node_id: str) -> None:
         new,
         reason=f"node {node_id} went silent; hold dropped",
         score=waiting_score(rec),
-        pending=(class_of(rec), waiting_score(rec)) if rec.pending else None,
+        pending=(waits_on(rec, rec.alternatives), waiting_score(rec)) if rec.pending else None,
         clear=[(h.node_id, h.hold_id, class_of(rec)) for h in rec.nomination.holds],
     )
 

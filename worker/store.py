@@ -523,7 +523,7 @@ class Store:
         """Commit ``new`` over ``old`` if the stored record is still ``old``'s version.
 
         ``place`` holds are written only if every node has the room; ``clear`` lists ``(node, hold id,
-        class)`` holds to drop (waking jobs pending on that class). ``pending`` is ``(class, score)`` for a
+        class)`` holds to drop (waking jobs pending on that class). ``pending`` is ``(classes, score)`` for a
         job with a replica not on its best option; ``epoch`` the pool epoch its plan saw.
         """
         k = self.keys

@@ -11,8 +11,10 @@ from typing import Any
 
 import redis
 
+from producer import Client
 from worker import constants as C
 from worker.keys import Keys, job_of_hold
+from worker.planning import hardware_rank, plan_for
 from worker.records import JobRecord, JobState
 from worker.scripts import text
 
@@ -118,3 +120,18 @@ class Checker:
         self.samples += 1
         self.violations += found
         return found
+
+
+def idle_while_waiting(client: Client) -> list[str]:
+    """At a quiet point (no heartbeat or job change for a second or more): each waiting job with an option
+    ranked equal to its best on the hardware that is free now, a card idling while the job waits."""
+    snap = client.store.snapshot()
+    found = []
+    for rec in client.jobs(JobState.WAITING):
+        if rec.option is None:
+            continue
+        best = hardware_rank(rec.option)
+        free = [o for o in plan_for(rec, snap).alternatives if o.free_now and hardware_rank(o) == best]
+        if free:
+            found.append(f"job {rec.job_id} waits for {rec.option.label} while {free[0].label}, ranked equal, is free")
+    return found

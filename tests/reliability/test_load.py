@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from producer import Client
-from tests.reliability.invariants import Checker, report
+from tests.reliability.invariants import Checker, idle_while_waiting, report
 from tests.worker.helpers import hb, request
 from tests.worker.processes import WorkerProcess
 from worker import constants as C
@@ -35,6 +35,8 @@ RUNS = (
 )
 """(worker processes, jobs, seconds of churn) for each run."""
 NODE_TTL_MS = 1500
+QUIET_S = 1.0
+"""How long nothing changes before the idle-card check: shorter than a node's lifetime here."""
 """The heartbeats' TTL in these runs: short, so that nodes that leave lapse within the run."""
 
 
@@ -199,6 +201,12 @@ def test_invariants_hold_under_load(
             for n in cluster.present:
                 cluster.beat(n)
             time.sleep(0.1)
+        # a quiet point, inside the nodes' lifetime and well before the 30 s sweep: no card idles while a
+        # job that it serves as well waits
+        for n in cluster.present:
+            cluster.beat(n)
+        time.sleep(QUIET_S)
+        idle = idle_while_waiting(client)
     finally:
         for p in procs:
             p.stop()
@@ -224,9 +232,12 @@ def test_invariants_hold_under_load(
         node_joins=cluster.joins,
         node_restarts=cluster.restarts,
         states={s: n for s, n in counts.items() if n},
+        idle_while_waiting=len(idle),
         **({"first_violations": sorted(set(checker.violations))[:8]} if checker.violations else {}),
+        **({"first_idle": idle[:4]} if idle else {}),
     )
     assert checker.violations == [] and final == []
+    assert idle == []
     assert len(submitted) >= jobs and sum(counts.values()) == len(submitted)
     assert counts["queued"] == counts["planning"] == 0
     assert checker.samples > 20

@@ -18,7 +18,7 @@
 -- ARGV[3]  the next record, JSON       ARGV[11]  events MAXLEN     ARGV[12] job events MAXLEN
 -- ARGV[4]  the next state              ARGV[13]  reason, for the streams
 -- ARGV[5]  score in jobs:{next state}  ARGV[14]  holds to write (n)  ARGV[15] holds to clear (m)
--- ARGV[6]  class pending on, or ""     ARGV[16..] n x (node id, hold id, gpus, host GiB, nominated 0/1),
+-- ARGV[6]  classes pending on, or ""   ARGV[16..] n x (node id, hold id, gpus, host GiB, nominated 0/1),
 -- ARGV[7]  score in pending                       then m x (node id, hold id, class)
 -- ARGV[8]  epoch the plan saw, or ""
 --
