@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -45,12 +46,25 @@ def _read_json(path: str, what: str) -> Any:
 def load_repository(args: argparse.Namespace, client: Client | None = None) -> Repository:
     """The repository a command names: a local folder, a Hub repository (``org/name``, cached in Redis
     when the command has a client), or a listing with its config."""
+    if args.repo and (args.files or args.config or args.index):
+        # which one was meant cannot be told; taking one quietly would plan a model the person did not name
+        raise InvalidInput("arguments", "--repo", "give either --repo or --files with --config, not both")
     if args.repo:
         if not Path(args.repo).is_dir() and looks_like_repo_id(args.repo):
             return resolve(
                 args.repo, args.revision, cache=client.redis if client else None, keys=client.keys if client else Keys()
             )
-        return repository_from_folder(args.repo)
+        try:
+            return repository_from_folder(args.repo)
+        except InvalidInput as e:
+            listing = Path(args.repo) / "files.json"
+            if not (e.problem.startswith("no weights") and listing.is_file()):
+                raise
+            raise InvalidInput(
+                args.repo,
+                "--repo",
+                f"holds a file listing, not weights: give --files {listing} --config {Path(args.repo) / 'config.json'}",
+            ) from e
     if not (args.files and args.config):
         raise InvalidInput("arguments", "--files/--config", "give both --files and --config, or --repo DIR")
     index = _read_json(args.index, "--index") if args.index else None
@@ -108,10 +122,20 @@ def cmd_heartbeat(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_model(args: argparse.Namespace) -> str:
+    """A job's model name when none is given: a Hub id as given, else the name of the repository's folder
+    (resolved, so that ``.`` or a bare ``files.json`` name the folder they are in)."""
+    if args.repo and not Path(args.repo).is_dir():
+        return str(args.repo)
+    folder = Path(args.repo) if args.repo else Path(args.files).parent
+    resolved = folder.resolve()
+    return resolved.name or str(resolved)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     client = _client(args)
     repo = load_repository(args, client)
-    model = args.model or args.repo or str(Path(args.files).parent.name)
+    model = args.model or default_model(args)
     req = request_from_repository(
         repo,
         model=model,
@@ -266,9 +290,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging("WARNING", sys.stderr)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()
     except ModelplanError as e:
         print(f"modelplan {args.command}: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader stopped reading (``| head``): it has what it wanted. Standard output goes to the null
+        # device so that the flush at exit does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return code
 
 
