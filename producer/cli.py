@@ -7,9 +7,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from planner import (
     DEFAULT_CONTEXT,
@@ -28,8 +28,11 @@ from producer.hub import looks_like_repo_id, resolve
 from producer.render import job_text, options_table, status_text
 from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
+from worker.errors import RedisUnavailable
 from worker.keys import Keys
 from worker.records import JobState, parse_heartbeat
+
+T = TypeVar("T")
 
 
 def _read_json(path: str, what: str) -> Any:
@@ -149,8 +152,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reading(fn: Callable[[], T]) -> T:
+    """``fn``'s answer; Redis out of reach is said without "nothing was stored", as there was nothing to
+    store."""
+    try:
+        return fn()
+    except RedisUnavailable as e:
+        raise RedisUnavailable(e.url, e.cause, stored=False) from e.cause
+
+
 def cmd_job(args: argparse.Namespace) -> int:
-    rec = _client(args).get(args.job_id)
+    rec = _reading(lambda: _client(args).get(args.job_id))
     print(rec.to_json() if args.json else job_text(rec))
     return 0
 
@@ -179,8 +191,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     client = _client(args)
-    live = [r for s in (JobState.PLANNING, JobState.QUEUED, JobState.WAITING, JobState.PLACED) for r in client.jobs(s)]
-    print(status_text(client.pool(), client.counts(), live))
+
+    def read() -> str:
+        states = (JobState.PLANNING, JobState.QUEUED, JobState.WAITING, JobState.PLACED)
+        live = [r for s in states for r in client.jobs(s)]
+        return status_text(client.pool(), client.counts(), live)
+
+    print(_reading(read))
     return 0
 
 
@@ -292,7 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         sys.stdout.flush()
     except ModelplanError as e:
-        print(f"modelplan {args.command}: {e}", file=sys.stderr)
+        # "modelplan scale: scale: replicas ..." says the command twice
+        said = str(e).removeprefix(f"{args.command}: ")
+        print(f"modelplan {args.command}: {said}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # the reader stopped reading (``| head``): it has what it wanted. Standard output goes to the null

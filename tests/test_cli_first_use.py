@@ -82,3 +82,19 @@ def test_the_shipped_local_folder_plans_with_repo(capsys: pytest.CaptureFixture[
         1,
     )
     assert 16 <= best["bits_per_weight"] < 16.2  # the parameter count came from the real header
+
+
+@pytest.mark.parametrize(("flag", "hint"), [("env", "unset MODELPLAN_REDIS_URL"), ("flag", "leave out --redis-url")])
+def test_the_demo_on_an_unreachable_redis_says_how_to_run_without_it(flag: str, hint: str) -> None:
+    from tests.redis_server import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    env = {"PATH": "/usr/bin:/bin"} | ({"MODELPLAN_REDIS_URL": url} if flag == "env" else {})
+    args = ["demo"] + (["--redis-url", url] if flag == "flag" else [])
+    out = subprocess.run(
+        [sys.executable, "-m", "producer.cli", *args], capture_output=True, text=True, cwd=ROOT, env=env
+    )
+    assert out.returncode == 2
+    source = "MODELPLAN_REDIS_URL" if flag == "env" else "--redis-url"
+    assert out.stderr.startswith(f"modelplan demo: Redis at {url} (from {source}) cannot be reached (")
+    assert out.stderr.endswith(f"; {hint} to run on an embedded Redis\n") and out.stderr.count("\n") == 1

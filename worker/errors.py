@@ -58,7 +58,11 @@ class RedisForbidden(ModelplanError, PermissionError):
 
 
 class RedisUnavailable(ModelplanError, ConnectionError):
-    """Raised by the producer when Redis cannot be reached: nothing was stored."""
+    """Raised by the producer when Redis cannot be reached: nothing was stored. ``stored=False`` for a
+    command that only reads, where there was nothing to store; ``hint`` says what to do instead."""
 
-    def __init__(self, url: str, cause: BaseException) -> None:
-        super().__init__(f"Redis at {url} cannot be reached ({cause}); nothing was stored")
+    def __init__(self, url: str, cause: BaseException, *, stored: bool = True, hint: str = "") -> None:
+        self.url = url
+        self.cause = cause
+        tail = "; nothing was stored" if stored else ""
+        super().__init__(f"Redis at {url} cannot be reached ({cause}){tail}" + (f"; {hint}" if hint else ""))
