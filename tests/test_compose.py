@@ -117,9 +117,18 @@ def test_the_lock_holds_every_runtime_dependency_within_its_range() -> None:
 
 
 def test_the_lock_is_closed_where_this_environment_has_its_versions() -> None:
-    """Each locked package installed here at its locked version: what it requires on Linux is locked."""
+    """Each locked package installed here at its locked version: what it requires on Linux, under the
+    image's Python, is locked."""
     pins = lock()
-    env = {"python_version": "3.11", "sys_platform": "linux", "platform_system": "Linux", "extra": ""}
+    [base] = [line.split()[1] for line in dockerfile() if line.startswith("FROM ")]
+    python = base.split(":")[1].split("-")[0]  # python:3.11.7-slim-bookworm: 3.11.7
+    env = {
+        "python_version": python.rsplit(".", 1)[0],
+        "python_full_version": python,
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "extra": "",
+    }
     checked = 0
     for name, version in pins.items():
         try:
