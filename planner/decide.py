@@ -139,13 +139,15 @@ def choose_nodes(o: Option, nodes: Sequence[PoolNode]) -> tuple[Hold, ...] | Non
     """The nodes to place ``o`` on now, or None if not enough are free.
 
     Best fit: among the nodes that can take it now, those with the least free room, so that whole free
-    nodes stay whole for the jobs that need them. Ties go to the node id, for a stable choice.
+    nodes stay whole for the jobs that need them. Ties go to the node id, for a stable choice. On the CPU,
+    a node without cards comes first (a GPU node's RAM and cores serve its cards' engines: vLLM's swap
+    space and loading, llama.cpp's host buffers); failing one, the GPU node with the most RAM free.
     """
     fit = [n for n in _takers(o, nodes) if _lack(o, n) == 0]
     if o.cpu:
         if not fit:
             return None
-        best = min(fit, key=lambda n: (n.host_free_gb, n.id))
+        best = min(fit, key=lambda n: (n.gpus > 0, -n.host_free_gb if n.gpus else n.host_free_gb, n.id))
         return (Hold(best.id, 0, o.need_gb),)
     count = max(o.nodes, 1)
     if len(fit) < count:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from planner.errors import InvalidInput
 from planner.model import PoolNode
 from planner.quant import mem_from_class
+from planner.wording import plain
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 """Node ids, class labels and fabric names: letters, digits, ``.``, ``_`` and ``-``, up to 128 characters.
@@ -117,6 +118,9 @@ _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 2, 4, 4
 def invalid_from(e: ValidationError, source: str) -> InvalidInput:
     """The first problem pydantic found, as one line naming the field, the value and the rule."""
     err = e.errors()[0]
+    inner = (err.get("ctx") or {}).get("error")
+    if isinstance(inner, InvalidInput):  # a validator's own message already names its field
+        return InvalidInput(source, inner.field, inner.problem)
     loc = (
         ".".join(
             p if isinstance(p, str) and p.isidentifier() else repr(p) if isinstance(p, str) else str(p)
@@ -126,7 +130,7 @@ def invalid_from(e: ValidationError, source: str) -> InvalidInput:
     )
     given = err.get("input")
     shown = _SHORT.repr(given) if not isinstance(given, dict) else "the record"
-    msg = err["msg"].removeprefix("Value error, ")
+    msg = plain(err)
     if err["type"] == "string_pattern_mismatch":
         msg = "only letters, digits, '.', '_' and '-' (up to 128, starting with a letter or digit)"
     if err["type"] == "extra_forbidden":

@@ -193,6 +193,42 @@ def memory_from_meminfo(text: str) -> HostMemory:
     return HostMemory(values["MemTotal"] // kib_per_gib, values["MemAvailable"] // kib_per_gib)
 
 
+_CGROUP_FILES = (
+    # (limit, usage, stat, the stat line of page cache that can be reclaimed)
+    ("memory.max", "memory.current", "memory.stat", "inactive_file"),
+    ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes", "memory/memory.stat", "total_inactive_file"),
+)
+
+
+def cgroup_memory(root: str | Path) -> tuple[int, int] | None:
+    """This process's control group's memory limit and what it uses (less page cache that can be
+    reclaimed), in bytes, from cgroup v2 then v1 under ``root``; None where there is no limit."""
+    for limit_name, used_name, stat_name, inactive_key in _CGROUP_FILES:
+        try:
+            limit_text = (Path(root) / limit_name).read_text(encoding="ascii").strip()
+            used = int((Path(root) / used_name).read_text(encoding="ascii"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if not limit_text.isdigit() or int(limit_text) >= K.CGROUP_NO_LIMIT:
+            return None  # "max", or v1's "unlimited"
+        inactive = 0
+        try:
+            for line in (Path(root) / stat_name).read_text(encoding="ascii").splitlines():
+                key, _, value = line.partition(" ")
+                if key == inactive_key and value.strip().isdigit():
+                    inactive = int(value)
+        except (OSError, UnicodeDecodeError):
+            pass
+        return int(limit_text), max(0, used - inactive)
+    return None
+
+
+def memory_within(host: HostMemory, limit: int, used: int) -> HostMemory:
+    """The host's memory as a control group limited to ``limit`` bytes, ``used`` of them, may use it."""
+    gib = 1 << 30
+    return HostMemory(min(host.total_gb, limit // gib), min(host.free_gb, max(0, limit - used) // gib))
+
+
 # --- the class label ------------------------------------------------------------------------------------
 
 _BRAND_WORDS = frozenset({"nvidia", "geforce", "tesla", "quadro", "generation"})
@@ -461,7 +497,8 @@ class Reader(Protocol):
 
 class SystemReader:
     """Reads this machine: cards through NVML, else nvidia-smi, else none (a CPU node); host memory from
-    ``/proc/meminfo``. Each source can be replaced, for tests."""
+    ``/proc/meminfo``, within this process's control group's memory limit where it has one (as in a
+    container). Each source can be replaced, for tests; ``cgroup=None`` reads no limit."""
 
     def __init__(
         self,
@@ -469,10 +506,12 @@ class SystemReader:
         nvml: Callable[[], Nvml | None] = load_nvml,
         smi: Callable[[Sequence[str]], str | None] = run_smi,
         meminfo: str | Path = K.MEMINFO_PATH,
+        cgroup: str | Path | None = K.CGROUP_PATH,
     ) -> None:
         self._nvml = nvml
         self._smi = smi
         self._meminfo = Path(meminfo)
+        self._cgroup = cgroup
         self.source = ""
         """Where the last cards came from: ``nvml``, ``nvidia-smi`` or ``none``."""
 
@@ -501,7 +540,9 @@ class SystemReader:
         return cards_from_smi(listed, apps)
 
     def memory(self) -> HostMemory:
-        return memory_from_meminfo(self._meminfo.read_text(encoding="ascii"))
+        host = memory_from_meminfo(self._meminfo.read_text(encoding="ascii"))
+        limited = cgroup_memory(self._cgroup) if self._cgroup is not None else None
+        return memory_within(host, *limited) if limited else host
 
 
 def read_boot_id(path: str | Path = K.BOOT_ID_PATH) -> str:

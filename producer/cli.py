@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from planner import (
     DEFAULT_CONTEXT,
@@ -28,8 +29,11 @@ from producer.limits import check_folder, check_index, check_listing, read_bound
 from producer.render import job_text, options_table, status_text
 from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
+from worker.errors import RedisUnavailable
 from worker.keys import Keys
 from worker.records import JobState, parse_heartbeat
+
+T = TypeVar("T")
 
 
 def _read_json(path: str, what: str, bound: str) -> Any:
@@ -46,13 +50,26 @@ def _read_json(path: str, what: str, bound: str) -> Any:
 def load_repository(args: argparse.Namespace, client: Client | None = None) -> Repository:
     """The repository a command names: a local folder, a Hub repository (``org/name``, cached in Redis
     when the command has a client), or a listing with its config."""
+    if args.repo and (args.files or args.config or args.index):
+        # which one was meant cannot be told; taking one quietly would plan a model the person did not name
+        raise InvalidInput("arguments", "--repo", "give either --repo or --files with --config, not both")
     if args.repo:
         if not Path(args.repo).is_dir() and looks_like_repo_id(args.repo):
             return resolve(
                 args.repo, args.revision, cache=client.redis if client else None, keys=client.keys if client else Keys()
             )
         check_folder(args.repo)
-        return repository_from_folder(args.repo)
+        try:
+            return repository_from_folder(args.repo)
+        except InvalidInput as e:
+            listing = Path(args.repo) / "files.json"
+            if not (e.problem.startswith("no weights") and listing.is_file()):
+                raise
+            raise InvalidInput(
+                args.repo,
+                "--repo",
+                f"holds a file listing, not weights: give --files {listing} --config {Path(args.repo) / 'config.json'}",
+            ) from e
     if not (args.files and args.config):
         raise InvalidInput("arguments", "--files/--config", "give both --files and --config, or --repo DIR")
     index = _read_json(args.index, "--index", "index_bytes") if args.index else None
@@ -111,10 +128,20 @@ def cmd_heartbeat(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_model(args: argparse.Namespace) -> str:
+    """A job's model name when none is given: a Hub id as given, else the name of the repository's folder
+    (resolved, so that ``.`` or a bare ``files.json`` name the folder they are in)."""
+    if args.repo and not Path(args.repo).is_dir():
+        return str(args.repo)
+    folder = Path(args.repo) if args.repo else Path(args.files).parent
+    resolved = folder.resolve()
+    return resolved.name or str(resolved)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     client = _client(args)
     repo = load_repository(args, client)
-    model = args.model or args.repo or str(Path(args.files).parent.name)
+    model = args.model or default_model(args)
     req = request_from_repository(
         repo,
         model=model,
@@ -128,8 +155,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reading(fn: Callable[[], T]) -> T:
+    """``fn``'s answer; Redis out of reach is said without "nothing was stored", as there was nothing to
+    store."""
+    try:
+        return fn()
+    except RedisUnavailable as e:
+        raise RedisUnavailable(e.url, e.cause, stored=False) from e.cause
+
+
 def cmd_job(args: argparse.Namespace) -> int:
-    rec = _client(args).get(args.job_id)
+    rec = _reading(lambda: _client(args).get(args.job_id))
     print(rec.to_json() if args.json else job_text(rec))
     return 0
 
@@ -158,9 +194,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     client = _client(args)
-    live = [r for s in (JobState.PLANNING, JobState.QUEUED, JobState.WAITING, JobState.PLACED) for r in client.jobs(s)]
-    client.check_indexes()
-    print(status_text(client.pool(), client.counts(), live, client.quarantined()))
+
+    def read() -> str:
+        states = (JobState.PLANNING, JobState.QUEUED, JobState.WAITING, JobState.PLACED)
+        live = [r for s in states for r in client.jobs(s)]
+        client.check_indexes()
+        return status_text(client.pool(), client.counts(), live, client.quarantined())
+
+    print(_reading(read))
     return 0
 
 
@@ -270,9 +311,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging("WARNING", sys.stderr)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()
     except ModelplanError as e:
-        print(f"modelplan {args.command}: {e}", file=sys.stderr)
+        # "modelplan scale: scale: replicas ..." says the command twice
+        said = str(e).removeprefix(f"{args.command}: ")
+        print(f"modelplan {args.command}: {said}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader stopped reading (``| head``): it has what it wanted. Standard output goes to the null
+        # device so that the flush at exit does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return code
 
 

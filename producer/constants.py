@@ -28,6 +28,12 @@ SMI_APPS_ARGS = ("--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,
 """What the agent asks nvidia-smi when NVML is missing: the cards, then the compute processes (MiB)."""
 
 MEMINFO_PATH = "/proc/meminfo"
+CGROUP_PATH = "/sys/fs/cgroup"
+"""Where this process's control group shows its memory limit: in a container, ``/proc/meminfo`` is the
+host's, and the limit (``memory.max`` in cgroup v2, ``memory/memory.limit_in_bytes`` in v1) is what the
+node really has."""
+CGROUP_NO_LIMIT = 1 << 62
+"""A v1 limit at or past this means none: the kernel shows "unlimited" as 2^63 rounded down to a page."""
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 """Linux's id of the current boot: it changes when the node restarts, and only then."""
 

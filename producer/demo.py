@@ -10,10 +10,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import redis
+
 from producer.client import Client
 from producer.examples import example_request
 from producer.render import pool_picture, status_text
 from worker.config import REDIS_URL_ENV, connect
+from worker.errors import RedisUnavailable
 from worker.records import JobState
 from worker.runner import drain
 
@@ -36,15 +39,23 @@ def _heartbeat(node_id: str, gpu_class: str, gpus: int, free: int, host: int, se
 
 
 def _client(url: str | None) -> tuple[Client, str]:
+    given = "--redis-url" if url else REDIS_URL_ENV
     url = url or os.environ.get(REDIS_URL_ENV)
     if not url:
         import fakeredis
 
         return Client(fakeredis.FakeRedis(), DEMO_PREFIX), "an embedded Redis (fakeredis, in this process)"
     client = Client(connect(url), DEMO_PREFIX, url=url)
-    for key in client.redis.scan_iter(match=f"{DEMO_PREFIX}:*"):
-        client.redis.delete(key)
-    client.redis.delete(f"rq:queue:{DEMO_PREFIX}")
+    try:
+        for key in client.redis.scan_iter(match=f"{DEMO_PREFIX}:*"):
+            client.redis.delete(key)
+        client.redis.delete(f"rq:queue:{DEMO_PREFIX}")
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        # the demo is meant to need nothing: say where the URL came from, and how to run without it
+        hint = f"unset {REDIS_URL_ENV}" if given == REDIS_URL_ENV else "leave out --redis-url"
+        raise RedisUnavailable(
+            f"{client._url} (from {given})", e, stored=False, hint=f"{hint} to run on an embedded Redis"
+        ) from e
     return client, f"Redis at {client._url}, prefix {DEMO_PREFIX}"
 
 

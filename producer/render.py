@@ -57,7 +57,10 @@ def job_text(rec: JobRecord) -> str:
             else f"{r.node_id} ({r.host_gb:.1f} GiB RAM)"
             for r in rep.placement
         )
-        line = f"  replica {rep.index}: {rep.state}" + (f", {where}: {nodes}" if rep.placement else "")
+        # a final record keeps where each replica was at the end: said in the past, its cards freed
+        state = f"was {rep.state}" if rec.state.final else rep.state
+        freed = " (freed)" if rec.state.final and rep.placement else ""
+        line = f"  replica {rep.index}: {state}" + (f", {where}: {nodes}{freed}" if rep.placement else "")
         if rep.wait is not None and rep.state != "placed":
             line += f" [{rep.wait.kind}]"
         lines.append(line)

@@ -110,7 +110,7 @@ def test_bad_input_exits_non_zero_with_the_message(
     ("node", "message"),
     [
         ({"gpu_class": "h100-80g", "gpus": 1, "free_gpus": 2}, "free_gpus 2 is more than gpus 1"),
-        ({"gpus": -1}, "gpus: Input should be greater than or equal to 0 (given -1)"),
+        ({"gpus": -1}, "gpus: must be at least 0 (given -1)"),
         ({"gpu_class": "mystery", "gpus": 1}, "gpu_mem_gb is needed"),
         ({"gpu_class": "h100-80g", "gpus": 1, "gpu_mem_gb": 40}, "gpu_mem_gb 40 disagrees with the class label"),
         ({"node_id": "a b"}, "node_id: only letters, digits"),

@@ -39,6 +39,19 @@ class WrongState(ModelplanError):
         super().__init__(f"job {job_id!r} is {state}: {action} applies only to {allowed} jobs")
 
 
+class StillRunning(WrongState):
+    """Raised by ``cancel`` when some replica of the job runs (on its best option or a fallback): cancel
+    ends only a job that never got to run; ``release`` ends one that did, and its record says so."""
+
+    def __init__(self, job_id: str, state: str, running: int, wanted: int) -> None:
+        ModelplanError.__init__(
+            self,
+            f"job {job_id!r} is {state} with {running} of {wanted} replica(s) running: cancel applies only to "
+            "jobs with none running; release it to free them",
+        )
+        self.job_id, self.state = job_id, state
+
+
 class Contended(ModelplanError):
     """Raised when a job's record kept changing under a transition past the retry bound."""
 
@@ -58,10 +71,14 @@ class RedisForbidden(ModelplanError, PermissionError):
 
 
 class RedisUnavailable(ModelplanError, ConnectionError):
-    """Raised by the producer when Redis cannot be reached: nothing was stored."""
+    """Raised by the producer when Redis cannot be reached: nothing was stored. ``stored=False`` for a
+    command that only reads, where there was nothing to store; ``hint`` says what to do instead."""
 
-    def __init__(self, url: str, cause: BaseException) -> None:
-        super().__init__(f"Redis at {url} cannot be reached ({cause}); nothing was stored")
+    def __init__(self, url: str, cause: BaseException, *, stored: bool = True, hint: str = "") -> None:
+        self.url = url
+        self.cause = cause
+        tail = "; nothing was stored" if stored else ""
+        super().__init__(f"Redis at {url} cannot be reached ({cause}){tail}" + (f"; {hint}" if hint else ""))
 
 
 class Refused(ModelplanError):

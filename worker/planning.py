@@ -16,7 +16,7 @@ from planner.decide import Hold, JobPlan, Outcome, Running, Wait, class_key, nom
 from planner.options import rank_key
 from worker import constants as C
 from worker import logs
-from worker.errors import BadRecord, Contended, JobNotFound, WrongState
+from worker.errors import BadRecord, Contended, JobNotFound, StillRunning, WrongState
 from worker.keys import hold_id, job_of_hold, nomination_id
 from worker.records import (
     MAX_REPLICAS,
@@ -516,13 +516,17 @@ CANCELLABLE = (JobState.QUEUED, JobState.PLANNING, JobState.WAITING)
 
 
 def cancel(store: Store, job_id: str) -> JobRecord:
-    """Cancel a job that is queued, being planned or waiting, freeing whatever it holds."""
+    """Cancel a job that is queued, being planned or waiting with no replica running, freeing the cards
+    held for it; a job with a replica running is ended by ``release``."""
     for _ in range(C.PLAN_ATTEMPTS):
         rec = store.job(job_id)
         if rec is None:
             raise JobNotFound(job_id)
         if rec.state not in CANCELLABLE:
             raise WrongState(job_id, rec.state.value, "cancel", "queued, planning or waiting")
+        running = sum(1 for r in rec.replicas if r.placement)
+        if running:
+            raise StillRunning(job_id, rec.state.value, running, rec.wanted)
         new = rec.advance(JobState.CANCELLED, nomination=None, worker=None, lease_until=None, reason="cancelled")
         out = store.transition(rec, new, reason="cancelled", clear=clear_all(rec))
         if out.ok:

@@ -46,9 +46,9 @@ class JobState(StrEnum):
     FAILED = "failed"
     """Nothing in the pool could ever hold it; the record says what was too large for what (final)."""
     CANCELLED = "cancelled"
-    """Cancelled while queued, planning or waiting (final)."""
+    """Ended by ``cancel`` while no replica ran: queued, planning, or waiting with none placed (final)."""
     RELEASED = "released"
-    """Was placed; its reservation was released (final)."""
+    """Ended by ``release``; what its replicas held was freed, and each keeps where it ran (final)."""
 
     @property
     def final(self) -> bool:
@@ -277,9 +277,16 @@ class JobRecord(BaseModel):
     @property
     def summary(self) -> str:
         """``placed 2 of 3``: replicas running (on the best option or a fallback) of those wanted, and how
-        many of them run on a fallback."""
+        many of them run on a fallback. A final record says what the end left: ``2 of 3 were running;
+        freed``, ``none was running``, ``nothing could hold it``."""
         running = sum(1 for r in self.replicas if r.placement)
         fallback = sum(1 for r in self.replicas if r.state == "fallback")
+        if self.state is JobState.FAILED:
+            return "nothing could hold it"
+        if self.state.final:
+            if not running:
+                return "none was running"
+            return f"{running} of {self.wanted} {'was' if running == 1 else 'were'} running; freed"
         text = f"placed {running} of {self.wanted}"
         return text + (f", {fallback} on a fallback" if fallback else "")
 

@@ -246,7 +246,7 @@ def test_a_card_is_free_only_without_processes_and_under_the_threshold() -> None
 def test_nvml_reader_reads_what_the_recorded_readings_hold(name: str, cards: list[Card]) -> None:
     fake = FakeNvml(nvml(name))
     assert nvml_readings(fake) == nvml(name) and fake.open == 0
-    reader = SystemReader(nvml=lambda: fake, smi=no_smi, meminfo=DATA / "meminfo.txt")
+    reader = SystemReader(nvml=lambda: fake, smi=no_smi, meminfo=DATA / "meminfo.txt", cgroup=None)
     assert (reader.cards(), reader.memory(), reader.source) == (cards, MEMORY, "nvml")
     assert fake.open == 0  # NVML shut down after each reading
 

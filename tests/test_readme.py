@@ -1,0 +1,71 @@
+"""The README's examples, run as a person would run them: the "Running it" block keeps its node in the
+pool, and the stream example follows every change rather than returning once."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+from worker.constants import NODE_TTL_MS
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+def block_after(heading: str, language: str) -> str:
+    """The first ``language`` code block after ``heading``."""
+    rest = README.split(heading, 1)[1]
+    match = re.search(rf"```{language}\n(.*?)```", rest, re.S)
+    assert match is not None, f"no {language} block after {heading!r}"
+    return match.group(1)
+
+
+def test_running_it_keeps_the_node_in_the_pool_past_its_ttl(redis_url: str, tmp_path: Path) -> None:
+    block = block_after("### Running it", "sh")
+    assert DEFAULT_URL in block
+    steps = block.replace(DEFAULT_URL, redis_url).split('.venv/bin/modelplan job "$job"')[0]
+    wait_s = NODE_TTL_MS / 1000 + 3  # past the node's TTL and the next sweep
+    script = f'set -e\n{steps}\nsleep {wait_s}\n.venv/bin/modelplan job "$job"\n'
+    # files, not pipes: the block's worker and heartbeat loop run on in the background, holding them open
+    out_path, err_path = tmp_path / "out", tmp_path / "err"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        proc = subprocess.Popen(["bash", "-c", script], cwd=ROOT, stdout=out, stderr=err, start_new_session=True)
+        try:
+            code = proc.wait(timeout=wait_s + 40)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)  # the worker and the loop, started by the block
+            proc.wait()
+    said = out_path.read_text()
+    assert code == 0, err_path.read_text()
+    # the worker's JSON log lines share the terminal, as they do for a person following the README
+    [first] = [line for line in said.splitlines() if line.startswith("job ")]
+    assert re.fullmatch(r"job [0-9a-f]{32}: placed \(placed 1 of 1\)", first), said
+
+
+def test_the_stream_example_follows_every_change(redis_url: str) -> None:
+    code = block_after("To follow every change as it happens", "python").replace(DEFAULT_URL, redis_url)
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        time.sleep(1.5)  # it reads from "$": what arrives once it has started
+        sent = []
+        assert proc.stdout is not None
+        for n in range(3):
+            sent.append(r.xadd("modelplan:events", {"job_id": f"j{n}", "state": "placed", "version": 1, "reason": "x"}))
+            time.sleep(0.2)
+        got = [proc.stdout.readline().split() for _ in sent]
+    finally:
+        proc.kill()
+        proc.communicate()
+        r.close()
+    assert [line[:3] for line in got] == [[i, f"j{n}", "placed"] for n, i in enumerate(sent)]
