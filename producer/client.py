@@ -26,7 +26,9 @@ from worker import planning, quarantine
 from worker.config import connect, redact
 from worker.config import prefix as default_prefix
 from worker.config import redis_url as default_url
-from worker.errors import JobExists, JobNotFound, RedisForbidden, RedisUnavailable
+from worker.config import wait_replicas as default_wait_replicas
+from worker.config import wait_timeout_ms as default_wait_timeout_ms
+from worker.errors import JobExists, JobNotFound, NotReplicated, RedisForbidden, RedisUnavailable
 from worker.keys import Keys, check_id
 from worker.records import (
     Heartbeat,
@@ -89,17 +91,42 @@ def request_from_folder(folder: str, *, model: str | None = None, **kw: Any) -> 
 class Client:
     """One service's handle on modelplan's state in Redis."""
 
-    def __init__(self, client: redis.Redis, prefix: str | None = None, *, url: str = "") -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str | None = None,
+        *,
+        url: str = "",
+        wait_replicas: int | None = None,
+        wait_timeout_ms: int | None = None,
+    ) -> None:
         self.store = Store(client, Keys(default_prefix(prefix)))
         self.keys = self.store.keys
         self.redis = client
         self._url = redact(url) if url else "Redis"
+        self.wait_replicas = default_wait_replicas(wait_replicas)
+        """Replicas a submit, release, cancel or scale waits for before it returns (``MODELPLAN_WAIT_REPLICAS``,
+        0 by default): with N, what returned survives a failover that promotes one of those N."""
+        self.wait_timeout_ms = default_wait_timeout_ms(wait_timeout_ms)
 
     @classmethod
-    def from_url(cls, url: str | None = None, prefix: str | None = None) -> Client:
+    def from_url(cls, url: str | None = None, prefix: str | None = None, **wait: int | None) -> Client:
         """A client for ``url``, else ``MODELPLAN_REDIS_URL``, else the local default."""
         resolved = default_url(url)
-        return cls(connect(resolved), prefix, url=resolved)
+        return cls(connect(resolved), prefix, url=resolved, **wait)
+
+    def _replicated(self, what: str) -> None:
+        """Wait until ``wait_replicas`` replicas have every write made so far, or raise ``NotReplicated``.
+        WAIT counts what the connection it runs on wrote, and a pool may have made the writes on another:
+        a write on the same connection just before it covers them all, replication being one stream."""
+        if not self.wait_replicas:
+            return
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.incr(self.keys.ack)
+            pipe.wait(self.wait_replicas, self.wait_timeout_ms)
+            _, acked = pipe.execute()
+        if int(acked) < self.wait_replicas:
+            raise NotReplicated(what, int(acked), self.wait_replicas, self.wait_timeout_ms)
 
     def _call(self, fn: Callable[[], T]) -> T:
         try:
@@ -117,7 +144,9 @@ class Client:
         returns the id and queues nothing; with another request it raises ``JobExists``."""
         req = request if isinstance(request, ServeRequest) else parse_request(request)
         job_id = check_id(job_id, "job_id") if job_id is not None else uuid.uuid4().hex
-        return self._call(lambda: self._submit(req, job_id))
+        self._call(lambda: self._submit(req, job_id))
+        self._call(partial(self._replicated, f"submit {job_id}"))
+        return job_id
 
     def _submit(self, req: ServeRequest, job_id: str) -> str:
         k = self.keys
@@ -187,15 +216,21 @@ class Client:
 
     def release(self, job_id: str) -> JobRecord:
         """Free a placed job's cards (or memory); waiting jobs that can use them are planned at once."""
-        return self._call(lambda: planning.release(self.store, job_id))
+        rec = self._call(lambda: planning.release(self.store, job_id))
+        self._call(partial(self._replicated, f"release {job_id}"))
+        return rec
 
     def scale(self, job_id: str, replicas: int) -> JobRecord:
         """Ask for ``replicas`` replicas: new ones are planned at once, surplus ones freed."""
-        return self._call(lambda: planning.scale(self.store, job_id, replicas))
+        rec = self._call(lambda: planning.scale(self.store, job_id, replicas))
+        self._call(partial(self._replicated, f"scale {job_id}"))
+        return rec
 
     def cancel(self, job_id: str) -> JobRecord:
         """Cancel a job that is queued, being planned, or waiting."""
-        return self._call(lambda: planning.cancel(self.store, job_id))
+        rec = self._call(lambda: planning.cancel(self.store, job_id))
+        self._call(partial(self._replicated, f"cancel {job_id}"))
+        return rec
 
     # --- nodes --------------------------------------------------------------------------------------------
 

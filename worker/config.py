@@ -76,6 +76,36 @@ def prefix(given: str | None = None) -> str:
     return given or os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
 
 
+WAIT_REPLICAS_ENV = "MODELPLAN_WAIT_REPLICAS"
+WAIT_TIMEOUT_ENV = "MODELPLAN_WAIT_TIMEOUT_MS"
+DEFAULT_WAIT_TIMEOUT_MS = 1000
+"""How long a submit (release, cancel, scale) waits for its replicas by default: far past a LAN's
+replication lag, short of a caller's patience."""
+
+
+def _whole(env: str, default: int, given: int | None) -> int:
+    if given is not None:
+        value: object = given
+    else:
+        raw = os.environ.get(env, "")
+        if not raw:
+            return default
+        value = int(raw) if raw.isdigit() else raw
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(env, "(setting)", f"must be a whole number from 0 (given {str(value)[:40]!r})")
+    return value
+
+
+def wait_replicas(given: int | None = None) -> int:
+    """How many replicas must have a client's write before it returns (``WAIT``): 0, the default, waits for
+    none."""
+    return _whole(WAIT_REPLICAS_ENV, 0, given)
+
+
+def wait_timeout_ms(given: int | None = None) -> int:
+    return _whole(WAIT_TIMEOUT_ENV, DEFAULT_WAIT_TIMEOUT_MS, given)
+
+
 def redact(url: str) -> str:
     """A Redis URL fit for logs and messages: the password replaced by ``***``.
 

@@ -106,3 +106,16 @@ class BadRecord(ModelplanError):
         self.key = key if shown is None else f"{key} {shown!r}"
         self.what, self.raw, self.newer = what, raw, newer
         super().__init__(f"{self.key}: {what}")
+
+
+class NotReplicated(ModelplanError):
+    """Raised by the client when a write reached the master but not as many replicas as it was told to wait
+    for (``MODELPLAN_WAIT_REPLICAS``) in time: a failover now could lose it. Repeating it is safe (a submit
+    with the same job id is one job)."""
+
+    def __init__(self, what: str, acked: int, wanted: int, timeout_ms: int) -> None:
+        self.acked, self.wanted = acked, wanted
+        super().__init__(
+            f"{what}: stored on the master, but {acked} of {wanted} replicas had it within {timeout_ms} ms; "
+            "a failover now could lose it (repeat it to be sure: the same job id is one job)"
+        )

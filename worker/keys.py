@@ -26,7 +26,8 @@ key (after the prefix)                  type    TTL                   written by
                                                                       not on its best option (score:
                                                                       priority, then arrival)
 ``pending:for``                         hash    none                  transition.lua: pending job id ->
-                                                                      the class it waits for
+                                                                      the classes (comma-joined) whose
+                                                                      freed capacity wakes it
 ``seq``                                 string  none                  submit: arrival counter
 ``epoch``                               string  none                  heartbeat.lua, transition.lua:
                                                                       bumped whenever capacity frees
@@ -34,6 +35,10 @@ key (after the prefix)                  type    TTL                   written by
                                                                       wake-up pass is queued
 ``wake:classes``                        set     none                  heartbeat.lua, transition.lua:
                                                                       classes freed since the last pass
+``ack``                                 string  none                  the client: bumped before ``WAIT``,
+                                                                      on the connection that waits, so
+                                                                      that its replicas have every earlier
+                                                                      write
 ``lock:{name}``                         string  its holder's          maintenance: one sweeper at a time
 ``hub:{repo}@{revision}``               string  HUB_CACHE_TTL_S       producer.hub: a repository's
                                                                       listing and config, as resolved
@@ -199,6 +204,10 @@ class Keys:
     @property
     def wake_classes(self) -> str:
         return f"{self._p}wake:classes"
+
+    @property
+    def ack(self) -> str:
+        return f"{self._p}ack"
 
     def lock(self, name: str) -> str:
         return f"{self._p}lock:{check_id(name, 'lock')}"

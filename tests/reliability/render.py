@@ -29,7 +29,10 @@ run (`tests/reliability/invariants.py`):
 - every job in exactly one state, its record and its state index agreeing;
 - every waiting replica records why: its best option and the nodes that lack the room;
 - no placed replica left on a node silent past the grace (the sweep runs every 2 s);
-- every acknowledged submit has its record.
+- every acknowledged submit has its record;
+- at a quiet point at the end of each load run (no heartbeat or job change for a second), no waiting job
+  has an option ranked equal to its best on the hardware that is free now: no card idles while a job it
+  serves as well waits.
 """
 
 SECURITY = """## Security
@@ -44,6 +47,15 @@ SECURITY = """## Security
 - ids with `:`, `*`, `..`, spaces, newlines and braces are refused everywhere they enter, and every key
   written is under the prefix or RQ's `rq:`;
 - no password appears in any message or log line, the worker's included.
+
+`tests/reliability/test_queue_guard.py` and `tests/worker/test_quarantine.py`:
+- jobs naming `os.system`, `subprocess.call` or `builtins.eval`, queued with RQ and with raw Redis
+  commands as the README's ACL user, are refused unrun (the marker file never appears), each logged once;
+- two tenants' ACL users on one server: every write of one to the other's keys is denied, a job naming
+  the other's prefix on its own queue is refused by its own worker, and nothing of the other changes;
+- garbage planted in every kind of key (node, `nodes`, `held:{node}`, each `jobs:{state}`, `pending`, job
+  records, a record of a newer schema): the next valid job is placed, the sweep goes on, each bad record
+  is logged once and named in one line by `modelplan status`.
 """
 
 SECTIONS = {
@@ -65,6 +77,17 @@ SECTIONS = {
         "here.",
     ),
     "redis_away": ("Redis away for a while", "Redis stopped for two seconds under a worker and an agent."),
+    "failover": (
+        "Redis failing over",
+        "A master, a replica and three sentinels; two workers and three node agents through the sentinel "
+        "URL, jobs submitted and released throughout. The replica is stopped (`DEBUG SLEEP`) and cut off "
+        "while submits go on, the master is SIGKILLed, the replica promoted, the old master brought back "
+        "as its replica. `wait_replicas` is `MODELPLAN_WAIT_REPLICAS`: with 1, a submit the lagging "
+        "replica did not have is refused (`refused_not_replicated`, counted with those refused while Redis "
+        "was away), never acknowledged and then lost; with 0 it is acknowledged, and `lost` counts what "
+        "vanished with the old master. `double_booked`: a reservation an agent found on cards still in use "
+        "(by its own count of the engines it runs, including those whose reservations vanished).",
+    ),
     "bad_input": (
         "Bad input",
         "Generated serve requests, heartbeats, listings, configs and pools (with huge numbers, NaN, unicode, "
