@@ -78,3 +78,96 @@ def gguf_overhead_bytes(weights: int) -> int:
 def vllm_overhead_bytes(weights: int) -> int:
     """vLLM's cost beyond weights and KV cache on one card holding ``weights`` bytes."""
     return VLLM_OVERHEAD_FIXED + weights // VLLM_OVERHEAD_DIVISOR
+
+
+# The measured estimate (``planner.estimate``): each term fitted on the engines' own reports, the rows in
+# tests/planner/engine_profiles/ (vLLM 0.19.0's start-up profiles on H100s; llama.cpp 0c1e57098 measured
+# on a CPU and on an H200).
+
+MIB = 1 << 20
+"""Bytes in a MiB: llama.cpp logs its buffers in MiB."""
+
+VLLM_BATCHED_TOKENS = 8192
+"""The tokens vLLM profiles one forward pass with (``max_num_batched_tokens``): 8,192 for the API server
+in its V1 engine ("Defaulting max_num_batched_tokens to 8192 for OPENAI_API_SERVER usage context", 0.19)."""
+
+VLLM_MAX_SEQS = 1024
+"""The sequences vLLM profiles its sampler with (``max_num_seqs``): 1,024 for the API server on cards of
+this class ("Defaulting max_num_seqs to 1024", 0.19 on an H100)."""
+
+VLLM_SAMPLER_BYTES = 15
+"""Activation bytes per (sequence × vocabulary entry) of vLLM's profile: fp32 logits and the sampler's
+copies of them. Fitted: Llama-3.x (128,256 entries) peaks at 1.89-1.97 GiB with 1,024 sequences, Gemma
+(256,000) at 3.62-3.66, Qwen2.5 (152,064) at 2.21-2.29; 15 bytes is 1.83 / 3.58 / 2.18 GiB of it."""
+
+VLLM_FORWARD_PEAK_BYTES = 18
+"""Activation bytes per (batched token × hidden size) of the forward pass, whose peak replaces the
+sampler's where the vocabulary is small: CodeLlama (32,016 entries, hidden 4,096) peaks at 0.77 GiB."""
+
+VLLM_FORWARD_BYTES = 8
+"""Activation bytes per (batched token × hidden size) held through both peaks (the residual stream and the
+hidden states the logits are taken from); doubled for a model computed in float32 (Llama-3.1-8B in fp32
+peaks at 2.21 GiB against 1.89 in bf16)."""
+
+VLLM_MOE_FORWARD_BYTES = 30
+"""Extra activation bytes per (batched token × hidden size) for a mixture of experts: routing and the
+experts' gathered inputs (Kimi-VL-A3B 2.92 GiB, Qwen3-30B-A3B 2.68 GiB against ~2.3 for a dense model of
+their vocabulary). A margin where six MoE models are the data."""
+
+VLLM_NON_TORCH_ONE_CARD = 512 * MIB
+"""Memory outside PyTorch that one card's forward pass adds (cuBLAS workspaces and the like): 0.24-0.27
+GiB logged for most models, 0.46 GiB for granite 3.x."""
+
+VLLM_NON_TORCH_STAGE = 256 * MIB
+"""The same for a pipeline stage of one card each: 0.07 GiB logged (Llama-3.1-8B, PP 2 and 4)."""
+
+VLLM_NON_TORCH_TP = 2 * GIB
+VLLM_NON_TORCH_TP_PER_CARD = 64 * MIB
+"""Memory outside PyTorch with tensor parallel: NCCL's buffers and the custom all-reduce's, 2.06-2.11
+GiB logged at TP 2 and 2.13-2.21 GiB at TP 4; counted as 2 GiB + 64 MiB a card of the group."""
+
+VLLM_GRAPHS_FIXED = 128 * MIB
+VLLM_GRAPHS_PER_LAYER = 18 * MIB
+VLLM_GRAPHS_PER_HIDDEN = 80 << 10
+"""CUDA graph memory ("Graph capturing finished ... took"): 128 MiB, 18 MiB per layer the card holds, and
+80 KiB per unit of hidden size shared by the tensor-parallel group. Fitted: 0.91 / 0.76 / 0.67 GiB for
+Llama-3.1-8B at TP 1 / 2 / 4, 1.79-1.85 GiB for Llama-3.3-70B at TP 2, 0.71 GiB for Gemma-2-2B."""
+
+VLLM_GRAPHS_MOE = 960 * MIB
+"""Extra CUDA graph memory for a mixture of experts: gpt-oss-20b took 1.55 GiB on 24 layers, DeepSeek-V2-
+Lite 1.57 GiB on 27, against ~0.7 GiB for a dense model that deep."""
+
+UNKNOWN_VOCAB = 262_208
+"""The vocabulary counted when a model's is not known: Gemma 3's, the largest in the profiles."""
+
+UNKNOWN_HIDDEN = 8192
+"""The hidden size counted when a model's is not known: a 70B's."""
+
+UNKNOWN_LAYERS = 128
+"""The layers counted when a model's are not known: past Llama-3.1-405B's 126."""
+
+LLAMACPP_UBATCH = 512
+"""llama.cpp's physical batch (``--ubatch-size``), the default its compute buffers are sized for."""
+
+LLAMACPP_CUDA_CONTEXT = 518 * MIB
+"""A bare CUDA context on the card (measured on an H200, CUDA 13): llama.cpp has no share of its own, so
+the plan counts it."""
+
+LLAMACPP_CARD_FIXED = 80 * MIB
+"""On a card beyond the context and the logits' buffer: cuBLAS and the memory pools (measured: 576-648
+MiB in all, whatever the model's size)."""
+
+LLAMACPP_HOST_FIXED = 16 * MIB
+"""The process on a CPU beyond its buffers: what the measured peaks left after the other terms."""
+
+LLAMACPP_LOGITS_BYTES = 4
+"""Bytes per (micro-batch token × vocabulary entry) of the compute buffer: fp32 logits (66.5 MiB on a
+card and 70.5 MiB on a CPU at a 32,000 vocabulary)."""
+
+LLAMACPP_CONTEXT_BYTES_PER_UBATCH = 1
+"""Compute-buffer bytes per (micro-batch token × context token) with flash attention: the buffer grew by
+10.5-30 MiB from 8k to 32k tokens of context."""
+
+LLAMACPP_HOST_HIDDEN_BYTES = 32
+"""CPU bytes per (micro-batch token × hidden size) beyond the logits: the second measured model, 1,024
+wider, took 16-36 MiB more than the first at the same vocabulary and context."""
