@@ -108,32 +108,58 @@ def thin_data(shape: EngineShape, context: int) -> tuple[str, ...]:
     return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class VllmFit:
+    """The constants of vLLM's terms, as one value: ``VLLM_FIT`` is the one fitted on every profile (see
+    ``planner.constants`` for each one's source); a check may refit them on part of the profiles."""
+
+    sampler_bytes: int = VLLM_SAMPLER_BYTES
+    forward_peak_bytes: int = VLLM_FORWARD_PEAK_BYTES
+    forward_bytes: int = VLLM_FORWARD_BYTES
+    moe_forward_bytes: int = VLLM_MOE_FORWARD_BYTES
+    non_torch_one_card: int = VLLM_NON_TORCH_ONE_CARD
+    non_torch_stage: int = VLLM_NON_TORCH_STAGE
+    non_torch_tp: int = VLLM_NON_TORCH_TP
+    non_torch_tp_per_card: int = VLLM_NON_TORCH_TP_PER_CARD
+    graphs_fixed: int = VLLM_GRAPHS_FIXED
+    graphs_per_layer: int = VLLM_GRAPHS_PER_LAYER
+    graphs_per_hidden: int = VLLM_GRAPHS_PER_HIDDEN
+    graphs_moe: int = VLLM_GRAPHS_MOE
+
+
+VLLM_FIT = VllmFit()
+
+
 def vllm_activation(
-    shape: EngineShape, *, batched_tokens: int = VLLM_BATCHED_TOKENS, max_seqs: int = VLLM_MAX_SEQS
+    shape: EngineShape,
+    *,
+    batched_tokens: int = VLLM_BATCHED_TOKENS,
+    max_seqs: int = VLLM_MAX_SEQS,
+    fit: VllmFit = VLLM_FIT,
 ) -> int:
     """vLLM's profiled activation peak on each card: the sampler's logits for ``max_seqs`` sequences over
     the whole vocabulary (gathered on every card, so not divided by tensor parallel, as the profiles show),
-    and the forward pass of ``batched_tokens`` tokens."""
+    or the forward pass of ``batched_tokens`` tokens where that is larger, and what both hold."""
     vocab = shape.vocab or UNKNOWN_VOCAB
     hidden = shape.hidden or UNKNOWN_HIDDEN
-    held = VLLM_FORWARD_BYTES * (2 if shape.float32 else 1) + (VLLM_MOE_FORWARD_BYTES if shape.moe else 0)
-    peak = max(max_seqs * vocab * VLLM_SAMPLER_BYTES, batched_tokens * hidden * VLLM_FORWARD_PEAK_BYTES)
+    held = fit.forward_bytes * (2 if shape.float32 else 1) + (fit.moe_forward_bytes if shape.moe else 0)
+    peak = max(max_seqs * vocab * fit.sampler_bytes, batched_tokens * hidden * fit.forward_peak_bytes)
     return peak + batched_tokens * hidden * held
 
 
-def vllm_non_torch(tp: int, pp: int = 1) -> int:
+def vllm_non_torch(tp: int, pp: int = 1, *, fit: VllmFit = VLLM_FIT) -> int:
     """Memory outside PyTorch on each card of a ``tp``-wide group (of ``pp`` pipeline stages)."""
     if tp > 1:
-        return VLLM_NON_TORCH_TP + tp * VLLM_NON_TORCH_TP_PER_CARD
-    return VLLM_NON_TORCH_ONE_CARD if pp == 1 else VLLM_NON_TORCH_STAGE
+        return fit.non_torch_tp + tp * fit.non_torch_tp_per_card
+    return fit.non_torch_one_card if pp == 1 else fit.non_torch_stage
 
 
-def vllm_graphs(shape: EngineShape, tp: int = 1, pp: int = 1) -> int:
+def vllm_graphs(shape: EngineShape, tp: int = 1, pp: int = 1, *, fit: VllmFit = VLLM_FIT) -> int:
     """CUDA graph memory on each card: per layer the card holds, and per unit of hidden size its share."""
     layers = -(-(shape.layers or UNKNOWN_LAYERS) // pp)
     hidden = shape.hidden or UNKNOWN_HIDDEN
-    moe = VLLM_GRAPHS_MOE if shape.moe else 0
-    return VLLM_GRAPHS_FIXED + layers * VLLM_GRAPHS_PER_LAYER + hidden * VLLM_GRAPHS_PER_HIDDEN // tp + moe
+    moe = fit.graphs_moe if shape.moe else 0
+    return fit.graphs_fixed + layers * fit.graphs_per_layer + hidden * fit.graphs_per_hidden // tp + moe
 
 
 def vllm_card(
@@ -147,6 +173,7 @@ def vllm_card(
     context: int = 0,
     batched_tokens: int = VLLM_BATCHED_TOKENS,
     max_seqs: int = VLLM_MAX_SEQS,
+    fit: VllmFit = VLLM_FIT,
 ) -> Need:
     """One card of a vLLM replica holding ``weights`` and ``kv`` bytes (its share of each).
 
@@ -156,9 +183,9 @@ def vllm_card(
     if estimate == "seed":
         return _need(weights, kv, (("2 GiB + weights/5", vllm_overhead_bytes(weights)),))
     parts = (
-        ("non-torch", vllm_non_torch(tp, pp)),
-        ("activation peak", vllm_activation(shape, batched_tokens=batched_tokens, max_seqs=max_seqs)),
-        ("CUDA graphs", vllm_graphs(shape, tp, pp)),
+        ("non-torch", vllm_non_torch(tp, pp, fit=fit)),
+        ("activation peak", vllm_activation(shape, batched_tokens=batched_tokens, max_seqs=max_seqs, fit=fit)),
+        ("CUDA graphs", vllm_graphs(shape, tp, pp, fit=fit)),
     )
     return _need(weights, kv, parts, thin_data(shape, context))
 

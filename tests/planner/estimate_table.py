@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,13 +35,15 @@ class Row:
         return self.estimates[estimate].total / self.took
 
 
-def _load(name: str) -> Any:
+@functools.cache
+def load(name: str) -> Any:
+    """A profile file, parsed once (callers only read it)."""
     return json.loads((PROFILES / name).read_text(encoding="utf-8"))
 
 
 def shape_of(model: str, **more: bool) -> EngineShape:
     """The model's shape as ``model_shapes.json`` records it."""
-    s = _load("model_shapes.json")[model]
+    s = load("model_shapes.json")[model]
     return EngineShape(
         layers=s["layers"] or 0,
         hidden=s["hidden"],
@@ -54,7 +57,7 @@ def shape_of(model: str, **more: bool) -> EngineShape:
 def vllm_rows() -> Iterator[Row]:
     """vLLM's profiles: what a card held beyond its KV cache (weights, non-torch memory, activation peak,
     CUDA graphs), against each estimate for the same card with no KV cache."""
-    for r in _load("vllm_profiles.json"):
+    for r in load("vllm_profiles.json"):
         shape = shape_of(r["model"], float32=r["dtype"] == "float32")
         took = r["weights_gib"] + r["non_torch_gib"] + r["activation_peak_gib"] + r["cuda_graph_gib"]
         weights = round(r["weights_gib"] * GIB)
@@ -79,7 +82,7 @@ def vllm_rows() -> Iterator[Row]:
 
 def llamacpp_cpu_rows() -> Iterator[Row]:
     """llama.cpp on a CPU: the peak RSS of the run, against each estimate of a replica in RAM."""
-    for r in _load("llamacpp_cpu.json"):
+    for r in load("llamacpp_cpu.json"):
         shape = shape_of(f"llama.cpp synthetic {r['model']}")
         took = max(r["rss_short"], r["rss_long"])
         needs = {e: llamacpp_host(r["file"], r["kv_formula"], shape, context=r["ctx"], estimate=e) for e in ESTIMATES}
@@ -89,7 +92,7 @@ def llamacpp_cpu_rows() -> Iterator[Row]:
 
 def llamacpp_gpu_rows() -> Iterator[Row]:
     """llama.cpp on an H200: the process's peak card memory, against each estimate of one card."""
-    for r in _load("llamacpp_h200.json")["runs"]:
+    for r in load("llamacpp_h200.json")["runs"]:
         shape = shape_of(f"llama.cpp synthetic {r['model']}")
         kv = r["ctx"] * r["kv_bytes_per_token"]
         needs = {e: llamacpp_card(r["file_bytes"], kv, shape, context=r["ctx"], estimate=e) for e in ESTIMATES}

@@ -18,6 +18,7 @@ from planner.estimate import (
     vllm_activation,
     vllm_card,
 )
+from tests.planner.estimate_holdout import holdouts, summary
 from tests.planner.estimate_table import Row, rows, table
 
 ROWS = rows()
@@ -123,3 +124,15 @@ def test_llamacpp_cost_grows_with_context_and_never_with_the_file(
 def test_the_published_table_is_the_current_one() -> None:
     docs = Path(__file__).parents[2] / "docs" / "ESTIMATES.md"
     assert table(ROWS) in docs.read_text(encoding="utf-8"), "regenerate: python -m tests.planner.estimate_table"
+
+
+def test_refitted_on_half_the_models_the_other_half_is_never_under_and_within_ten_percent() -> None:
+    for h in holdouts():
+        assert h.held_out > 20
+        assert all(1.0 <= x <= WITHIN for x in h.ratios), sorted(h.ratios)
+
+
+def test_the_published_holdout_is_the_current_one() -> None:
+    docs = Path(__file__).parents[2] / "docs" / "ESTIMATES.md"
+    regenerate = "regenerate: python -m tests.planner.estimate_holdout"
+    assert summary(holdouts()) in docs.read_text(encoding="utf-8"), regenerate
