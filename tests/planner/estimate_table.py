@@ -80,6 +80,17 @@ def vllm_rows() -> Iterator[Row]:
         yield Row("vllm", label, round(took * GIB), needs, r["source"])
 
 
+def vllm_release_rows() -> Iterator[Row]:
+    """One model (Qwen3-14B, TP 1) profiled by four vLLM releases: where the estimate holds and where not.
+    These runs kept no CUDA graph figure before 0.18; what they took is the rest."""
+    for r in load("vllm_versions.json"):
+        shape = shape_of(r["model"])
+        figures = (r["weights_gib"], r["non_torch_gib"], r["activation_peak_gib"], r["cuda_graph_gib"] or 0.0)
+        weights = round(r["weights_gib"] * GIB)
+        needs = {e: vllm_card(weights, 0, shape, tp=r["tp"], pp=r["pp"], estimate=e) for e in ESTIMATES}
+        yield Row("vllm-release", f"{r['model']} vLLM {r['vllm']}", round(sum(figures) * GIB), needs, r["source"])
+
+
 def llamacpp_cpu_rows() -> Iterator[Row]:
     """llama.cpp on a CPU: the peak RSS of the run, against each estimate of a replica in RAM."""
     for r in load("llamacpp_cpu.json"):
@@ -120,7 +131,7 @@ def table(all_rows: list[Row]) -> str:
         "| engine | rows | estimate | under | within 10% | lowest × | highest × |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
-    for engine in ("vllm", "llamacpp-cpu", "llamacpp-gpu"):
+    for engine in dict.fromkeys(r.engine for r in all_rows):
         group = [r for r in all_rows if r.engine == engine]
         for e in ESTIMATES:
             ratios = [r.ratio(e) for r in group]
@@ -134,3 +145,5 @@ def table(all_rows: list[Row]) -> str:
 
 if __name__ == "__main__":
     print(table(rows()))
+    print()
+    print(table(list(vllm_release_rows())))
