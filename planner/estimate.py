@@ -234,3 +234,29 @@ def describe(need: Need) -> str:
     if need.thin:
         text += "; margin kept: thin data on " + ", ".join(need.thin)
     return text
+
+
+def llamacpp_split(
+    weights: int, kv: int, width: int, shape: EngineShape, *, context: int, estimate: Estimate = DEFAULT_ESTIMATE
+) -> Need:
+    """One of ``width`` cards of a llama.cpp replica split by layer: its share of the weights and KV cache
+    (counted as the seed did, ``(weights + kv) // width``), and the engine's cost on a card."""
+    share = weights // width
+    return llamacpp_card(share, (weights + kv) // width - share, shape, context=context, estimate=estimate)
+
+
+def vllm_split(
+    weights: int,
+    kv: int,
+    shape: EngineShape,
+    *,
+    tp: int,
+    pp: int = 1,
+    context: int,
+    estimate: Estimate = DEFAULT_ESTIMATE,
+) -> Need:
+    """One of ``tp × pp`` cards of a vLLM replica: its share of the weights and of ``kv`` (the KV cache the
+    whole group holds, replicated heads included), counted as the seed did, and vLLM's cost on a card."""
+    cards = tp * pp
+    share = weights // cards
+    return vllm_card(share, (weights + kv) // cards - share, shape, tp=tp, pp=pp, estimate=estimate, context=context)

@@ -14,9 +14,11 @@ from planner.estimate import (
     EngineShape,
     llamacpp_card,
     llamacpp_host,
+    llamacpp_split,
     thin_data,
     vllm_activation,
     vllm_card,
+    vllm_split,
 )
 from tests.planner.estimate_holdout import holdouts, summary
 from tests.planner.estimate_table import Row, rows, table, vllm_release_rows
@@ -149,3 +151,18 @@ def test_the_estimate_holds_from_vllm_0_17_and_is_under_before() -> None:
             assert r.ratio("measured") < 1.0, r.label
     docs = Path(__file__).parents[2] / "docs" / "ESTIMATES.md"
     assert table(list(vllm_release_rows())) in docs.read_text(encoding="utf-8")
+
+
+@given(
+    weights=st.integers(1, 400 * GIB),
+    kv=st.integers(0, 100 * GIB),
+    width=st.integers(1, 16),
+    pp=st.sampled_from([1, 2, 4]),
+)
+def test_a_split_with_seed_is_the_seeds_arithmetic(weights: int, kv: int, width: int, pp: int) -> None:
+    shape = EngineShape()
+    gguf = llamacpp_split(weights, kv, width, shape, context=1, estimate="seed")
+    assert gguf.total == (weights + kv) // width + gguf_overhead_bytes(weights // width)
+    cards = width * pp
+    vllm = vllm_split(weights, kv, shape, tp=width, pp=pp, context=1, estimate="seed")
+    assert vllm.total == (weights + kv) // cards + vllm_overhead_bytes(weights // cards)
