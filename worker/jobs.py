@@ -8,7 +8,7 @@ from __future__ import annotations
 import structlog
 from rq import get_current_job
 
-from worker import planning
+from worker import moves, planning, waking
 from worker.keys import Keys
 from worker.store import Store
 
@@ -41,11 +41,11 @@ def wake_pass(prefix: str, full: bool = False) -> int:
     """Re-plan waiting jobs after capacity freed (or all of them, ``full``)."""
     store, worker = _store(prefix)
     with structlog.contextvars.bound_contextvars(worker=worker):
-        return planning.wake_pass(store, full)
+        return waking.wake_pass(store, full)
 
 
 def node_restarted(prefix: str, node_id: str, boot_id: str) -> int:
     """A node came back with a new boot: what was placed on it before is gone; plan those jobs again."""
     store, worker = _store(prefix)
     with structlog.contextvars.bound_contextvars(node_id=node_id, worker=worker):
-        return planning.node_restarted(store, node_id, boot_id)
+        return moves.node_restarted(store, node_id, boot_id)
