@@ -72,3 +72,10 @@ WATCH_BLOCK_MS = 1_000
 NOMINATION_S = 300
 """How long cards held for the waiting job at the head of a class may sit idle: each card that frees into
 the hold starts the time again; past it with none, the hold is let go for others."""
+
+POOL_CHANGES_MAXLEN = 200_000
+"""Changes kept on ``pool:changes``: ten seconds of 20,000 heartbeats a second. A worker further behind
+than this reads the whole pool again."""
+MIRROR_BATCH = 20_000
+"""The most changes a worker takes from ``pool:changes`` in one read; more waiting means it is far behind,
+and reads the whole pool instead."""

@@ -28,6 +28,12 @@ key (after the prefix)                  type    TTL                   written by
 ``pending:for``                         hash    none                  transition.lua: pending job id ->
                                                                       the classes (comma-joined) whose
                                                                       freed capacity wakes it
+``pool:changes``                        stream  MAXLEN                heartbeat.lua, transition.lua,
+                                        POOL_CHANGES_MAXLEN   quarantine_job.lua, the sweep: each
+                                                              change to the pool (a node's
+                                                              heartbeat with its TTL, a hold written
+                                                              or cleared, a node dropped), for the
+                                                              workers' mirrors
 ``seq``                                 string  none                  submit: arrival counter
 ``epoch``                               string  none                  heartbeat.lua, transition.lua:
                                                                       bumped whenever capacity frees
@@ -188,6 +194,10 @@ class Keys:
     @property
     def pending_for(self) -> str:
         return f"{self._p}pending:for"
+
+    @property
+    def pool_changes(self) -> str:
+        return f"{self._p}pool:changes"
 
     @property
     def seq(self) -> str:

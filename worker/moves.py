@@ -64,7 +64,7 @@ def lose_node(store: Store, job_id: str, node_id: str, reason: str, boot_id: str
                 )
             }
         )
-        snap = store.snapshot()
+        snap = store.snapshot().copy()
         snap.apply((), lost_holds)  # planned as if already freed, as they are by this very step
         change = change_for(bare, plan_for(bare, snap))
         new = change.new.model_copy(update={"reason": f"{reason}; {change.new.reason}"})

@@ -5,9 +5,11 @@ holds and adjusts what was read.
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from planner import PoolNode
 from worker.errors import BadRecord
@@ -248,3 +250,92 @@ class Snapshot:
                 i = self._index.get(node_id)
                 if i is not None:
                     self._plain[i] = self._pool_node(node_id, None)
+
+    # --- kept up to date from the pool's change stream (``worker.store``'s mirror) --------------------------
+
+    def copy(self) -> Snapshot:
+        """A snapshot of its own, to plan on as if something had happened that has not yet."""
+        parsed = {n: ParsedNode(self.records[n], self._reported[n], self._started[n]) for n in self.records}
+        return Snapshot(self.epoch, dict(self.records), {n: dict(h) for n, h in self.held.items()}, parsed)
+
+    def put_node(self, node_id: str, parsed: ParsedNode) -> None:
+        """A node's new heartbeat: it joins the pool, or what it reports changes."""
+        self.records[node_id] = parsed.record
+        self._reported[node_id] = parsed.reported
+        self._started[node_id] = parsed.started
+        i = self._index.get(node_id)
+        if i is None:
+            self._index[node_id] = len(self._index)
+            if self._plain is not None:
+                self._plain.append(self._pool_node(node_id, None))
+        elif self._plain is not None:
+            self._plain[i] = self._pool_node(node_id, None)
+
+    def drop_node(self, node_id: str) -> None:
+        """A node that left the pool (its heartbeat lapsed, or it was dropped from the index)."""
+        if node_id not in self.records:
+            return
+        del self.records[node_id], self._reported[node_id], self._started[node_id]
+        self._index = {n: i for i, n in enumerate(self.records)}
+        self._plain = None
+
+    def set_hold(self, node_id: str, hold_id: str, held: Held | None) -> None:
+        """A hold written (or, with None, cleared) on a node."""
+        holds = self.held.setdefault(node_id, {})
+        if held is None:
+            holds.pop(hold_id, None)
+        else:
+            holds[hold_id] = held
+        if not holds:
+            del self.held[node_id]
+        self._nominated = None
+        i = self._index.get(node_id)
+        if i is not None and self._plain is not None:
+            self._plain[i] = self._pool_node(node_id, None)
+
+
+NEVER = 1 << 62
+"""When a node with no TTL lapses (a record written by hand): never."""
+
+
+def stream_id(value: str) -> tuple[int, int]:
+    ms, _, seq = value.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class Mirror:
+    """A worker's pool in memory: the pool as plans see it (``pool``), how far it has read ``pool:changes``
+    (``last_id``), and when each node's heartbeat lapses, by the Redis server's clock. ``worker.store``
+    reads Redis and feeds it; this only keeps it."""
+
+    def __init__(self, last_id: str, server_ms: int) -> None:
+        self.last_id = last_id
+        self.read_at = 0.0
+        """When it was last brought up to date (this process's monotonic clock)."""
+        self.pool = Snapshot("0", {}, {})
+        self._lapses: dict[str, int] = {}
+        self._heap: list[tuple[int, str]] = []
+
+    def continues(self, info: dict[str, Any]) -> bool:
+        """Whether ``pool:changes`` (as ``XINFO STREAM`` describes it) still holds every change past
+        ``last_id``: False when it was trimmed past it, or made anew (a Redis restart lost it)."""
+        first = info.get("recorded-first-entry-id")
+        if self.last_id == "0-0":
+            return bool(info.get("entries-added", 0) == info.get("length", 0))
+        if first is None:
+            return False
+        first_id = first.decode() if isinstance(first, bytes) else str(first)
+        return first_id == "0-0" or stream_id(first_id) <= stream_id(self.last_id)
+
+    def expires(self, node_id: str, at_ms: int) -> None:
+        self._lapses[node_id] = at_ms
+        heapq.heappush(self._heap, (at_ms, node_id))
+
+    def expire(self, server_ms: int) -> None:
+        """Leave out every node whose heartbeat has lapsed by ``server_ms``, as its key has in Redis."""
+        heap = self._heap
+        while heap and heap[0][0] <= server_ms:
+            at, node_id = heapq.heappop(heap)
+            if self._lapses.get(node_id) == at:
+                del self._lapses[node_id]
+                self.pool.drop_node(node_id)

@@ -17,7 +17,7 @@ from worker import constants as C
 from worker import quarantine
 from worker.errors import BadRecord
 from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold, planning_job_id
-from worker.pool import UNREADABLE, Held, HoldSpec, ParsedNode, Snapshot, parse_cache
+from worker.pool import NEVER, UNREADABLE, Held, HoldSpec, Mirror, ParsedNode, Snapshot, parse_cache
 from worker.queueing import planning_queue
 from worker.records import JobRecord, JobState, NodeRecord, read_record
 from worker.scripts import script, text
@@ -48,7 +48,7 @@ class Store:
         self.redis = client
         self.keys = keys or Keys()
         self.queue = planning_queue(client, self.keys)
-        self._recent: tuple[float, Snapshot] | None = None
+        self._mirror: Mirror | None = None
 
     # --- nodes ------------------------------------------------------------------------------------------
 
@@ -76,7 +76,15 @@ class Store:
 
     def _heartbeat_call(self, record: NodeRecord, at_ms: int) -> tuple[list[str], list[Any]]:
         k = self.keys
-        keys = [k.node(record.node_id), k.nodes, k.epoch, k.wake, k.wake_classes, k.held(record.node_id)]
+        keys = [
+            k.node(record.node_id),
+            k.nodes,
+            k.epoch,
+            k.wake,
+            k.wake_classes,
+            k.held(record.node_id),
+            k.pool_changes,
+        ]
         args: list[Any] = [
             record.node_id,
             record.model_dump_json(),
@@ -88,6 +96,7 @@ class Store:
             record.free_gpus,
             record.host_free_gb,
             at_ms,
+            C.POOL_CHANGES_MAXLEN,
         ]
         return keys, args
 
@@ -108,43 +117,110 @@ class Store:
             return None
 
     def recent_snapshot(self, max_age_s: float) -> Snapshot:
-        """The last snapshot this store took, if younger than ``max_age_s`` (with this process's own
-        commits applied to it since), else a fresh one."""
-        now = time.monotonic()
-        if self._recent is None or now - self._recent[0] > max_age_s:
-            self._recent = (now, self.snapshot())
-        return self._recent[1]
+        """The pool as this store last read it, if that was less than ``max_age_s`` ago (with this
+        process's own commits applied since), else as it is now."""
+        if self._mirror is None or time.monotonic() - self._mirror.read_at > max_age_s:
+            return self.snapshot()
+        return self._mirror.pool
 
     def snapshot(self) -> Snapshot:
-        """The live nodes and their reservations, in two round trips. Each heartbeat and hold is
-        validated the first time its stored bytes are seen, and taken from the process's cache after."""
+        """The pool as it is now: this store's mirror of it, brought up to date from ``pool:changes`` in one
+        round trip; the whole pool read afresh the first time, and whenever the mirror cannot catch up
+        (the stream trimmed past it, or lost with a Redis restart). A commit re-checks every node's room
+        in Lua, so a mirror a moment behind can make a commit fail and re-plan, never double-book."""
+        if self._mirror is None or not self._catch_up(self._mirror):
+            self._mirror = self._full_read()
+        self._mirror.read_at = time.monotonic()
+        return self._mirror.pool
+
+    def _full_read(self) -> Mirror:
+        """The whole pool, in two round trips, with where ``pool:changes`` stood just before it."""
         k = self.keys
         with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xrevrange(k.pool_changes, count=1)
             pipe.zrange(k.nodes, 0, -1)
             pipe.get(k.epoch)
             pipe.smembers(k.held_nodes)
-            ids_raw, epoch, held_nodes = pipe.execute()
+            pipe.time()
+            last, ids_raw, epoch, held_nodes, (secs, micros) = pipe.execute()
+        server_ms = secs * 1000 + micros // 1000
         cache = parse_cache
         ids = self.valid_ids(ids_raw, k.nodes, "a node id", "left out of the pool")
         held_ids = sorted(self.valid_ids(held_nodes, k.held_nodes, "a node id", "skipped"))
         with self.redis.pipeline(transaction=False) as pipe:
             if ids:
-                pipe.mget(cache.node_keys_of(k, ids))
+                node_keys = cache.node_keys_of(k, ids)
+                pipe.mget(node_keys)
+                for key in node_keys:
+                    pipe.pttl(key)
             for n in held_ids:
                 pipe.hgetall(k.held(n))
             replies = pipe.execute()
         raws = replies.pop(0) if ids else []
+        ttls, replies = replies[: len(ids)], replies[len(ids) :]
         parsed: dict[str, ParsedNode] = {}
-        for i, raw in zip(ids, raws, strict=True):
+        mirror = Mirror(text(last[0][0]) if last else "0-0", server_ms)
+        for i, raw, ttl in zip(ids, raws, ttls, strict=True):
             if raw:
                 try:
                     parsed[i] = cache.node(raw, k.node(i))
                 except BadRecord as e:
                     self.report_bad(e, "left out of the pool")
+                    continue
+                mirror.expires(i, server_ms + max(int(ttl), 0) if int(ttl) != -1 else NEVER)
         held = {n: self._holds(n, h) for n, h in zip(held_ids, replies, strict=True)}
         cache.trim(raws)
         records = {i: p.record for i, p in parsed.items()}
-        return Snapshot(text(epoch) if epoch is not None else "0", records, held, parsed)
+        mirror.pool = Snapshot(text(epoch) if epoch is not None else "0", records, held, parsed)
+        return mirror
+
+    def _catch_up(self, mirror: Mirror) -> bool:
+        """Apply to ``mirror`` what ``pool:changes`` holds past it; False when it cannot (the stream was
+        trimmed past it, or is gone, or holds more than one read takes)."""
+        k = self.keys
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xinfo_stream(k.pool_changes)
+            pipe.xrange(k.pool_changes, min="(" + mirror.last_id, count=C.MIRROR_BATCH)
+            pipe.get(k.epoch)
+            pipe.time()
+            info, entries, epoch, (secs, micros) = pipe.execute(raise_on_error=False)
+        if isinstance(info, Exception):  # no stream: nothing has changed since a pool with none, or it was lost
+            if mirror.last_id != "0-0" or isinstance(entries, Exception) or entries:
+                return False
+            info = {}
+        elif not mirror.continues(info):
+            return False
+        if isinstance(entries, Exception) or len(entries) >= C.MIRROR_BATCH:
+            return False
+        pool = mirror.pool
+        for entry_id, fields in entries:
+            self._apply_change(mirror, text(entry_id), fields)
+        mirror.expire(secs * 1000 + micros // 1000)
+        pool.epoch = text(epoch) if epoch is not None else "0"
+        return True
+
+    def _apply_change(self, mirror: Mirror, entry_id: str, fields: dict[Any, Any]) -> None:
+        k, pool = self.keys, mirror.pool
+        mirror.last_id = entry_id
+        node_id = text(fields.get(b"n", b""))
+        if not ID_PATTERN.fullmatch(node_id):
+            return
+        if b"r" in fields:
+            try:
+                parsed = ParsedNode.of(read_record(NodeRecord, fields[b"r"], k.node(node_id)))
+            except BadRecord as e:
+                self.report_bad(e, "left out of the pool")
+                pool.drop_node(node_id)
+                return
+            pool.put_node(node_id, parsed)
+            mirror.expires(node_id, int(entry_id.split("-", 1)[0]) + int(text(fields.get(b"t", b"0")) or 0))
+        elif b"gone" in fields:
+            pool.drop_node(node_id)
+        elif b"h" in fields:
+            value = fields.get(b"v", b"")
+            held = self._holds(node_id, {fields[b"h"]: value}) if value else {text(fields[b"h"]): None}
+            for hid, h in held.items():
+                pool.set_hold(node_id, hid, h)
 
     def silent_nodes(self) -> list[str]:
         """Nodes in the index whose heartbeat has lapsed."""
@@ -167,6 +243,7 @@ class Store:
                     return False
                 pipe.multi()
                 pipe.zrem(self.keys.nodes, node_id)
+                pipe.xadd(self.keys.pool_changes, {"n": node_id, "gone": "1"}, maxlen=C.POOL_CHANGES_MAXLEN)
                 pipe.execute()
             except redis.WatchError:
                 return False
@@ -218,7 +295,7 @@ class Store:
         states = [s for s in JobState if s is not JobState.FAILED]
         keys = [k.job(job_id), k.job_events(job_id), k.events, k.jobs(JobState.FAILED)]
         keys += [k.jobs(s) for s in states]
-        keys += [k.pending, k.pending_for, k.epoch, k.wake, k.wake_classes, k.held_nodes, k.quarantine]
+        keys += [k.pending, k.pending_for, k.epoch, k.wake, k.wake_classes, k.held_nodes, k.quarantine, k.pool_changes]
         keys += [k.held(n) for n, _ in holds]
         reason = f"its record does not parse ({bad.what}); marked failed, the record kept as it was"
         args: list[Any] = [
@@ -232,6 +309,7 @@ class Store:
             quarantine.entry(bad, "marked failed"),
             C.WAKE_FLAG_TTL_MS,
             len(holds),
+            C.POOL_CHANGES_MAXLEN,
         ]
         for n, hid in holds:
             args += [n, hid]
@@ -304,6 +382,7 @@ class Store:
             k.wake,
             k.wake_classes,
             k.held_nodes,
+            k.pool_changes,
         ]
         args: list[Any] = [
             new.job_id,
@@ -321,6 +400,7 @@ class Store:
             reason,
             len(place),
             len(clear),
+            C.POOL_CHANGES_MAXLEN,
         ]
         for h in place:
             keys += [k.node(h.node_id), k.held(h.node_id)]
