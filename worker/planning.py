@@ -221,6 +221,8 @@ def commit(store: Store, rec: JobRecord, change: Change, snap: Snapshot) -> tupl
         clear=change.clear,
     )
     if not out.ok:
+        if out.code in ("full", "silent"):  # the pool this plan saw was wrong about that node: read it anew
+            store.reread_node(out.detail)
         return out.code, None
     snap.apply(change.place, change.clear)
     if out.wake:

@@ -14,10 +14,10 @@ from typing import Any
 import redis
 
 from worker import constants as C
-from worker import quarantine
+from worker import poolread, quarantine
 from worker.errors import BadRecord
 from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold, planning_job_id
-from worker.pool import NEVER, UNREADABLE, Held, HoldSpec, Mirror, ParsedNode, Snapshot, parse_cache
+from worker.pool import UNREADABLE, Held, HoldSpec, Mirror, Snapshot, parse_cache
 from worker.queueing import planning_queue
 from worker.records import JobRecord, JobState, NodeRecord, read_record
 from worker.scripts import script, text
@@ -128,99 +128,10 @@ class Store:
         round trip; the whole pool read afresh the first time, and whenever the mirror cannot catch up
         (the stream trimmed past it, or lost with a Redis restart). A commit re-checks every node's room
         in Lua, so a mirror a moment behind can make a commit fail and re-plan, never double-book."""
-        if self._mirror is None or not self._catch_up(self._mirror):
-            self._mirror = self._full_read()
+        if self._mirror is None or not poolread.catch_up(self, self._mirror):
+            self._mirror = poolread.full_read(self)
         self._mirror.read_at = time.monotonic()
         return self._mirror.pool
-
-    def _full_read(self) -> Mirror:
-        """The whole pool, in two round trips, with where ``pool:changes`` stood just before it."""
-        k = self.keys
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xrevrange(k.pool_changes, count=1)
-            pipe.zrange(k.nodes, 0, -1)
-            pipe.get(k.epoch)
-            pipe.smembers(k.held_nodes)
-            pipe.time()
-            last, ids_raw, epoch, held_nodes, (secs, micros) = pipe.execute()
-        server_ms = secs * 1000 + micros // 1000
-        cache = parse_cache
-        ids = self.valid_ids(ids_raw, k.nodes, "a node id", "left out of the pool")
-        held_ids = sorted(self.valid_ids(held_nodes, k.held_nodes, "a node id", "skipped"))
-        with self.redis.pipeline(transaction=False) as pipe:
-            if ids:
-                node_keys = cache.node_keys_of(k, ids)
-                pipe.mget(node_keys)
-                for key in node_keys:
-                    pipe.pttl(key)
-            for n in held_ids:
-                pipe.hgetall(k.held(n))
-            replies = pipe.execute()
-        raws = replies.pop(0) if ids else []
-        ttls, replies = replies[: len(ids)], replies[len(ids) :]
-        parsed: dict[str, ParsedNode] = {}
-        mirror = Mirror(text(last[0][0]) if last else "0-0", server_ms)
-        for i, raw, ttl in zip(ids, raws, ttls, strict=True):
-            if raw:
-                try:
-                    parsed[i] = cache.node(raw, k.node(i))
-                except BadRecord as e:
-                    self.report_bad(e, "left out of the pool")
-                    continue
-                mirror.expires(i, server_ms + max(int(ttl), 0) if int(ttl) != -1 else NEVER)
-        held = {n: self._holds(n, h) for n, h in zip(held_ids, replies, strict=True)}
-        cache.trim(raws)
-        records = {i: p.record for i, p in parsed.items()}
-        mirror.pool = Snapshot(text(epoch) if epoch is not None else "0", records, held, parsed)
-        return mirror
-
-    def _catch_up(self, mirror: Mirror) -> bool:
-        """Apply to ``mirror`` what ``pool:changes`` holds past it; False when it cannot (the stream was
-        trimmed past it, or is gone, or holds more than one read takes)."""
-        k = self.keys
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.xinfo_stream(k.pool_changes)
-            pipe.xrange(k.pool_changes, min="(" + mirror.last_id, count=C.MIRROR_BATCH)
-            pipe.get(k.epoch)
-            pipe.time()
-            info, entries, epoch, (secs, micros) = pipe.execute(raise_on_error=False)
-        if isinstance(info, Exception):  # no stream: nothing has changed since a pool with none, or it was lost
-            if mirror.last_id != "0-0" or isinstance(entries, Exception) or entries:
-                return False
-            info = {}
-        elif not mirror.continues(info):
-            return False
-        if isinstance(entries, Exception) or len(entries) >= C.MIRROR_BATCH:
-            return False
-        pool = mirror.pool
-        for entry_id, fields in entries:
-            self._apply_change(mirror, text(entry_id), fields)
-        mirror.expire(secs * 1000 + micros // 1000)
-        pool.epoch = text(epoch) if epoch is not None else "0"
-        return True
-
-    def _apply_change(self, mirror: Mirror, entry_id: str, fields: dict[Any, Any]) -> None:
-        k, pool = self.keys, mirror.pool
-        mirror.last_id = entry_id
-        node_id = text(fields.get(b"n", b""))
-        if not ID_PATTERN.fullmatch(node_id):
-            return
-        if b"r" in fields:
-            try:
-                parsed = ParsedNode.of(read_record(NodeRecord, fields[b"r"], k.node(node_id)))
-            except BadRecord as e:
-                self.report_bad(e, "left out of the pool")
-                pool.drop_node(node_id)
-                return
-            pool.put_node(node_id, parsed)
-            mirror.expires(node_id, int(entry_id.split("-", 1)[0]) + int(text(fields.get(b"t", b"0")) or 0))
-        elif b"gone" in fields:
-            pool.drop_node(node_id)
-        elif b"h" in fields:
-            value = fields.get(b"v", b"")
-            held = self._holds(node_id, {fields[b"h"]: value}) if value else {text(fields[b"h"]): None}
-            for hid, h in held.items():
-                pool.set_hold(node_id, hid, h)
 
     def silent_nodes(self) -> list[str]:
         """Nodes in the index whose heartbeat has lapsed."""
@@ -249,10 +160,15 @@ class Store:
                 return False
         return True
 
-    def held_on(self, node_id: str) -> dict[str, Held]:
-        return self._holds(node_id, self.redis.hgetall(self.keys.held(node_id)))
+    def reread_node(self, node_id: str) -> None:
+        """Read one node afresh into the mirror: a commit found the mirror wrong about it."""
+        if self._mirror is not None:
+            poolread.reread_node(self, self._mirror, node_id)
 
-    def _holds(self, node_id: str, raw: dict[Any, Any]) -> dict[str, Held]:
+    def held_on(self, node_id: str) -> dict[str, Held]:
+        return self.holds_of(node_id, self.redis.hgetall(self.keys.held(node_id)))
+
+    def holds_of(self, node_id: str, raw: dict[Any, Any]) -> dict[str, Held]:
         """A node's holds by id. One that does not parse, or whose id is not a hold id, is reported and
         kept as ``UNREADABLE``: none of the node's cards count as free while it is there."""
         out: dict[str, Held] = {}

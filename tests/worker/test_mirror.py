@@ -146,3 +146,22 @@ def test_a_commit_on_a_stale_mirror_fails_and_plans_again(redis_url: str) -> Non
     drain(b)
     assert b.get("second").state.value == "waiting"
     assert json.loads(a.redis.hget(a.keys.held("gpu-0"), a.get("first").placement[0].hold_id) or b"{}")["gpus"] == 1
+
+
+def test_a_commit_refused_for_a_node_reads_that_node_afresh(redis_url: str) -> None:
+    """A hold written by hand (no entry on ``pool:changes``) is invisible to a warm mirror; the commit that
+    counts on the card is refused, the mirror reads that node again, and the next plan goes elsewhere."""
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("gpu-0", gpus=1))
+    client.heartbeat(hb("gpu-1", gpus=1))
+    client.submit(request("llama-3.1-70b-instruct"), job_id="too-big")  # fits no card: planned, it fails
+    drain(client)  # and the worker's mirror is warm
+    assert client.get("too-big").state.value == "failed"
+    client.redis.hset(client.keys.held("gpu-0"), "other:0:1", json.dumps({"gpus": 1, "host_gb": 0, "boot_id": "b"}))
+    client.redis.sadd(client.keys.held_nodes, "gpu-0")
+    client.submit(request(), job_id="j1")
+    drain(client)
+    placed = client.get("j1")
+    assert placed.state.value == "placed"
+    assert [r.node_id for r in placed.placement] == ["gpu-1"]
+    assert "taken each time" not in placed.reason
