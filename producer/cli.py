@@ -31,6 +31,7 @@ from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
 from worker.errors import RedisUnavailable
 from worker.keys import Keys
+from worker.logs import get_logger
 from worker.records import JobState, parse_heartbeat
 
 T = TypeVar("T")
@@ -102,7 +103,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from worker.runner import run
 
     configure_logging(args.log_level)
-    run(redis_url(args.redis_url), prefix(args.prefix), burst=args.burst)
+    try:
+        run(redis_url(args.redis_url), prefix(args.prefix), burst=args.burst)
+    except RedisUnavailable as e:
+        # a worker writes JSON lines only, its last words included
+        get_logger("modelplan.worker").error("worker_failed", error=str(e))
+        return 2
     return 0
 
 

@@ -16,12 +16,13 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from worker import constants as C
-from worker import logs
+from worker import logs, requests
 from worker.config import connect, redact
 from worker.errors import RedisUnavailable, Refused
 from worker.keys import Keys
 from worker.maintenance import sweep
 from worker.queueing import PlanningJob, vet
+from worker.requests import Consumer
 from worker.store import Store
 
 log = logs.get_logger("modelplan.worker")
@@ -86,36 +87,49 @@ def worker_name() -> str:
 
 def _maintain(url: str, keys: Keys, stop: threading.Event) -> None:
     store = Store(connect(url), keys)
+    down = False
     while not stop.wait(C.MAINTENANCE_INTERVAL_S):
         try:
             sweep(store)
-        except Exception:  # a sweep that fails (Redis away) is tried again next interval
+            if down:
+                log.info("maintenance_resumed")
+                down = False
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            # Redis away: said once, as one line, not a traceback every interval until it is back
+            if not down:
+                log.warning("maintenance_failed", error=str(e)[:200], redis_unavailable=True)
+                down = True
+        except Exception:  # a sweep that fails otherwise is tried again next interval
             log.exception("maintenance_failed")
 
 
 def run(url: str, prefix: str, *, burst: bool = False) -> None:
     """Work the queue. ``burst``: sweep once, drain the queue and return, as ``rq worker --burst``."""
     keys = Keys(prefix)
+    logs.route_to_structlog("rq")  # RQ's own lines are JSON lines too
     conn = connect(url)
     store = Store(conn, keys)
     name = worker_name()
-    log.info(
-        "worker_started",
-        worker=name,
-        redis=redact(url),
-        queue=store.queue.key,
-        rq_bookkeeping=f"{RQ_KEY_PREFIX}:*",
-        burst=burst,
-    )
     stop = threading.Event()
     try:
         conn.ping()
     except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as e:
         raise RedisUnavailable(redact(url), e) from e
+    log.info(
+        "worker_started",
+        worker=name,
+        redis=redact(url),
+        queue=store.queue.key,
+        requests=keys.requests,
+        rq_bookkeeping=f"{RQ_KEY_PREFIX}:*",
+        burst=burst,
+    )
     if burst:
         sweep(store, force=True)
+        Consumer(store, name).drain()
     else:
         threading.Thread(target=_maintain, args=(url, keys, stop), name="maintenance", daemon=True).start()
+        threading.Thread(target=requests.serve, args=(url, keys, name, stop), name="requests", daemon=True).start()
     # SimpleWorker runs jobs in this process: a plan takes milliseconds, and forking for each costs ~4x the
     # throughput. A crash mid-job is covered by the planning lease, not by RQ.
     w = planning_worker(store, name=name)
