@@ -15,7 +15,7 @@ from planner import InvalidInput, Option
 from planner.decide import Hold, JobPlan, Outcome, Running, Wait, class_key, nominate, plan_job, same_layout, take
 from planner.options import rank_key
 from worker import constants as C
-from worker import logs
+from worker import logs, metrics
 from worker.errors import BadRecord, Contended, JobNotFound, StillRunning, WrongState
 from worker.keys import hold_id, job_of_hold, nomination_id
 from worker.records import (
@@ -238,6 +238,7 @@ def woken(pending_for: str | None, freed: set[str]) -> bool:
 def commit(store: Store, rec: JobRecord, change: Change, snap: Snapshot) -> tuple[str, JobRecord | None]:
     """Commit a change: ``("ok", new)``, or the script's code and None."""
     new = change.new
+    started = time.perf_counter()
     out = store.transition(
         rec,
         new,
@@ -248,7 +249,10 @@ def commit(store: Store, rec: JobRecord, change: Change, snap: Snapshot) -> tupl
         place=change.place,
         clear=change.clear,
     )
+    metrics.observe("commit_seconds", time.perf_counter() - started)
     if not out.ok:
+        if out.code not in ("stale", "gone"):
+            metrics.count("commit_conflicts")
         return out.code, None
     snap.apply(change.place, change.clear)
     if out.wake:
@@ -353,6 +357,8 @@ def wake_pass(store: Store, full: bool = False) -> int:
             code, new = commit(store, rec, change, snap)
             if new is not None:
                 moved += len(change.place) - len(nomination or ())
+                nodes = {h.node_id for h in change.place if not h.nominated} & snap.records.keys()
+                metrics.wake_latencies((snap.records[n].received_at for n in nodes), new.updated_at)
                 break
             if code in ("stale", "gone"):
                 break

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -16,7 +17,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from worker import constants as C
-from worker import logs, requests
+from worker import logs, metrics, requests
 from worker.config import connect, redact
 from worker.errors import RedisUnavailable, Refused
 from worker.keys import Keys
@@ -91,6 +92,7 @@ def _maintain(url: str, keys: Keys, stop: threading.Event) -> None:
     while not stop.wait(C.MAINTENANCE_INTERVAL_S):
         try:
             sweep(store)
+            metrics.flush(store.redis, keys)
             if down:
                 log.info("maintenance_resumed")
                 down = False
@@ -137,4 +139,7 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
         w.work(burst=burst, logging_level="WARNING")
     finally:
         stop.set()
+        # stopping while Redis is away: the last interval's figures go with the process
+        with contextlib.suppress(redis.RedisError):
+            metrics.flush(store.redis, keys)
         log.info("worker_stopped", worker=name)
