@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -147,3 +148,15 @@ def test_the_exporter_serves_over_http(pool: Client, redis_url: str) -> None:
         proc.stderr.close()
     got = samples(body)
     assert got[("modelplan_jobs", (("state", "placed"),))] >= 1
+
+
+def test_the_dashboard_uses_only_metrics_the_exporter_serves(pool: Client) -> None:
+    dashboard = json.loads((ROOT / "dashboards" / "modelplan.json").read_text())
+    served = {s.name for f in text_string_to_metric_families(exposition(pool)) for s in f.samples}
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    used = {name for e in exprs for name in re.findall(r"modelplan_[a-z_]+", e)}
+    assert used and used <= served, used - served
+    families = {f.name for f in text_string_to_metric_families(exposition(pool))}
+    assert {n for n in families if n != "modelplan_commit_conflicts"} <= {u.removesuffix("_bucket") for u in used} | {
+        "modelplan_commit_conflicts"
+    }, "every metric has a panel"
