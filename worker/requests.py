@@ -329,24 +329,31 @@ class Consumer:
 
 
 def serve(url: str, keys: Keys, name: str, stop: Any) -> None:
-    """The worker's request thread: read and carry out entries until ``stop`` is set. Redis going away is
-    logged once, as one line, and tried again every ``OUTAGE_RETRY_S``."""
+    """The worker's request thread: read and carry out entries until ``stop`` is set. Redis going away (or
+    refusing the stream commands for the login's ACL rules) is logged once, as one line, and tried again
+    every ``OUTAGE_RETRY_S``."""
     from worker.config import connect
 
     consumer = Consumer(Store(connect(url), keys), name)
-    down = False
+    trouble = ""
+    error: Exception
     while not stop.is_set():
         try:
             consumer.poll()
-            if down:
+            if trouble:
                 log.info("requests_resumed", worker=name)
-                down = False
+                trouble = ""
+            continue
+        except (redis.exceptions.NoPermissionError, RedisForbidden) as e:
+            now, event, error = "forbidden", "requests_forbidden", e
         except (redis.ConnectionError, redis.TimeoutError, RedisUnavailable) as e:
-            if not down:
-                log.warning("requests_unavailable", worker=name, error=str(e)[:200])
-                down = True
-            stop.wait(C.OUTAGE_RETRY_S)
-        except Exception:
-            log.exception("requests_failed", worker=name)
-            stop.wait(C.OUTAGE_RETRY_S)
+            now, event, error = "unavailable", "requests_unavailable", e
+        except Exception as e:  # a bug: said once per kind, with its traceback, not every second
+            now, event, error = f"failed:{type(e).__name__}", "requests_failed", e
+            if now != trouble:
+                log.exception(event, worker=name)
+        if now != trouble and event != "requests_failed":
+            log.warning(event, worker=name, error=str(error)[:200], error_type=type(error).__name__)
+        trouble = now
+        stop.wait(C.OUTAGE_RETRY_S)
     consumer.leave()
