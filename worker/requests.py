@@ -33,7 +33,7 @@ import redis
 from planner import InvalidInput, ModelplanError
 from worker import constants as C
 from worker import logs
-from worker.errors import NotReplicated, RedisForbidden, RedisUnavailable, WrongState
+from worker.errors import BadRecord, NotReplicated, RedisForbidden, RedisUnavailable, WrongState
 from worker.keys import Keys, check_id
 from worker.records import JobState, ServeRequest, parse_request
 from worker.scripts import text
@@ -204,8 +204,8 @@ class Consumer:
                 self._finish(entry_id)
             elif delivered >= C.REQUEST_MAX_DELIVERIES:
                 why = f"handed out {delivered} times and never answered (each worker that took it stopped)"
-                self._answer(entry_id, self._sender(fields), Answer(False, self._job_id(entry_id, fields), why))
-                self._finish(entry_id)
+                log.warning("request_refused", entry=entry_id, reason=why)
+                self._respond(entry_id, self._sender(fields), Answer(False, self._job_id(entry_id, fields), why))
             else:
                 self.handle(entry_id, fields)
             done += 1
@@ -230,9 +230,18 @@ class Consumer:
             answer = Answer(False, self._job_id(entry_id, raw), f"could not be carried out ({type(e).__name__})")
         if not answer.ok:
             log.warning("request_refused", entry=entry_id, job_id=answer.job_id, reason=answer.reason)
-        self._answer(entry_id, reply_to, answer)
-        self._finish(entry_id)
+        self._respond(entry_id, reply_to, answer)
         return answer
+
+    def _respond(self, entry_id: str, reply_to: str | None, answer: Answer) -> None:
+        """Answer an entry and acknowledge it. An answer that cannot be written (the reply key holds
+        something else, the job's record does not parse) is logged, and the entry acknowledged all the
+        same: it is never handed out again for that."""
+        try:
+            self._answer(entry_id, reply_to, answer)
+        except (redis.ResponseError, BadRecord) as e:
+            log.warning("request_unanswerable", entry=entry_id, reply_to=reply_to, error=str(e)[:200])
+        self._finish(entry_id)
 
     def _carry_out(self, entry: Entry) -> Answer:
         c, job_id = self.client, entry.job_id
@@ -262,7 +271,7 @@ class Consumer:
         name = raw.get(b"reply_to", raw.get("reply_to"))
         try:
             return self.keys.reply(text(name)) if name is not None and len(name) <= 128 else None
-        except InvalidInput:
+        except (InvalidInput, UnicodeDecodeError):
             return None
 
     def _job_id(self, entry_id: str, raw: dict[Any, Any]) -> str | None:
@@ -295,7 +304,7 @@ class Consumer:
             return  # the job's own stream already shows what was done
         if answer.job_id is None:
             return  # nowhere the sender can look: the log line is all
-        rec = self.store.job(answer.job_id) if self.redis.exists(k.job(answer.job_id)) else None
+        rec = self.store.job(answer.job_id)
         event = {
             "job_id": answer.job_id,
             "state": rec.state.value if rec else JobState.FAILED.value,

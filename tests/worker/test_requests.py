@@ -237,3 +237,16 @@ def test_a_worker_killed_holding_an_entry_loses_nothing(client: Client, redis_ur
     assert reasons.count("submitted") == 1, reasons
     nothing_pending(client)
     assert '"request_claimed"' in b.log_path.read_text()
+
+
+def test_an_entry_whose_answer_cannot_be_written_is_still_acknowledged(client: Client) -> None:
+    k = client.keys
+    client.redis.set(k.reply("svc"), "not a stream")
+    client.redis.xadd(k.requests, {"op": "release", "job_id": "nope", "reply_to": "svc"})
+    client.redis.xadd(k.requests, {"op": "release", "job_id": "nope", "reply_to": b"\xff"})
+    assert carry_out(client) == 2
+    nothing_pending(client)
+    assert client.redis.get(k.reply("svc")) == b"not a stream"
+    # the second names no reply stream that could be (nor is it text): it is answered on the job's stream
+    [answer] = stream(client, k.job_events("nope"))
+    assert answer["reason"].startswith("request entry: (entry): holds a field that is not UTF-8 text")
