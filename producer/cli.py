@@ -109,6 +109,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         # a worker writes JSON lines only, its last words included
         get_logger("modelplan.worker").error("worker_failed", error=str(e))
         return 2
+    except Exception:
+        get_logger("modelplan.worker").exception("worker_failed")
+        return 1
     return 0
 
 

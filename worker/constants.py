@@ -102,3 +102,6 @@ REPLY_TTL_S = 24 * 3600
 
 OUTAGE_RETRY_S = 1.0
 """How long the request reader waits before trying Redis again after a failed read."""
+
+RQ_RESTART_S = 2.0
+"""How long a worker waits before starting RQ's loop again after it quit on an error (Redis away)."""

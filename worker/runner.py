@@ -6,6 +6,7 @@ import contextlib
 import os
 import socket
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -134,12 +135,31 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
         threading.Thread(target=requests.serve, args=(url, keys, name, stop), name="requests", daemon=True).start()
     # SimpleWorker runs jobs in this process: a plan takes milliseconds, and forking for each costs ~4x the
     # throughput. A crash mid-job is covered by the planning lease, not by RQ.
-    w = planning_worker(store, name=name)
     try:
-        w.work(burst=burst, logging_level="WARNING")
+        _work(store, name, burst)
     finally:
         stop.set()
         # stopping while Redis is away: the last interval's figures go with the process
         with contextlib.suppress(redis.RedisError):
             metrics.flush(store.redis, keys)
         log.info("worker_stopped", worker=name)
+
+
+def _work(store: Store, name: str, burst: bool) -> None:
+    """RQ's loop, started again when it gives up on its own: RQ quits on an error it does not handle, such
+    as the master going away while it records a job's end in a failover, and a worker is to carry on by
+    itself once Redis is back. It stops for good on a signal, or in burst mode."""
+    while True:
+        w = planning_worker(store, name=name)
+        try:
+            w.work(burst=burst, logging_level="WARNING")
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            if burst:
+                raise
+            log.warning("rq_loop_failed", worker=name, error=str(e)[:200])
+        if burst or getattr(w, "_shutdown_requested_date", None) is not None:
+            return
+        # RQ may not have recorded its own end: its registration would refuse the same name again
+        name = worker_name()
+        log.warning("rq_loop_restarting", worker=name, after_s=C.RQ_RESTART_S)
+        time.sleep(C.RQ_RESTART_S)

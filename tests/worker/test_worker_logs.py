@@ -6,8 +6,13 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+import redis
+
 from tests.redis_server import RedisServer
 from tests.worker.processes import WorkerProcess
+from worker import constants as C
+from worker import logs, runner
 
 
 def json_lines(path: Path) -> list[dict[str, object]]:
@@ -57,3 +62,27 @@ def test_a_worker_with_no_redis_says_so_in_json_and_never_that_it_started(tmp_pa
     worker.stop()
     events = json_lines(worker.log_path)
     assert [e["event"] for e in events] == ["worker_failed"]
+
+
+def test_rqs_loop_is_started_again_when_it_gives_up_on_redis(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RQ quits its loop on an error it does not handle (a failover while it records a job's end); the
+    worker starts it again, under a new name, and stops for good only when told to."""
+    started: list[str] = []
+
+    class GivesUpOnce:
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self._shutdown_requested_date: object = None
+
+        def work(self, **_: object) -> bool:
+            started.append(self.name)
+            if len(started) == 1:
+                raise redis.ConnectionError("Error 111 connecting: the master is gone")
+            self._shutdown_requested_date = "now"  # as SIGTERM leaves it
+            return True
+
+    monkeypatch.setattr(runner, "planning_worker", lambda store, name: GivesUpOnce(name))
+    monkeypatch.setattr(C, "RQ_RESTART_S", 0.0)
+    monkeypatch.setattr(logs, "route_to_structlog", lambda name: None)
+    runner.run(redis_url, "modelplan")
+    assert len(started) == 2 and started[0] != started[1]
