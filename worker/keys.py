@@ -52,6 +52,15 @@ key (after the prefix)                  type    TTL                   written by
                                                                       record that does not parse ->
                                                                       JSON ``{"digest", "what",
                                                                       "action", "at"}``
+``requests``                            stream  entries deleted once  any client: operations (submit,
+                                                answered              release, cancel, scale) as JSON
+                                                                      fields; workers read it as the
+                                                                      consumer group ``workers``
+``reply:{name}``                        stream  REPLY_TTL_S, MAXLEN   worker.requests: the answer to each
+                                                REPLY_MAXLEN          entry that named ``reply_to``
+``stats``                               hash    none                  worker.metrics: counters and
+                                                                      histogram buckets of plan and commit
+                                                                      times, conflicts, wake-up latency
 ``rq:queue:{prefix}``                   list    RQ's                  RQ: the planning queue (job ids)
 ``rq:job:{rq_job_id}``                  hash    RQ's                  RQ: one planning job
 ``rq:queues``                           set     none                  RQ: the queues under this prefix
@@ -218,6 +227,20 @@ class Keys:
     @property
     def ack(self) -> str:
         return f"{self._p}ack"
+
+    @property
+    def requests(self) -> str:
+        """The request stream: operations any client appends, carried out by the workers."""
+        return f"{self._p}requests"
+
+    def reply(self, name: str) -> str:
+        """A reply stream a request entry names (``reply_to``): the sender's own, under the prefix."""
+        return f"{self._p}reply:{check_id(name, 'reply_to')}"
+
+    @property
+    def stats(self) -> str:
+        """Counters and histogram buckets the workers add to, which the metrics exporter reads."""
+        return f"{self._p}stats"
 
     def lock(self, name: str) -> str:
         return f"{self._p}lock:{check_id(name, 'lock')}"

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from planner.decide import Hold, JobPlan, Outcome, Running, Wait, plan_job
 from worker import constants as C
-from worker import logs
+from worker import logs, metrics
 from worker.classes import class_of, waits_on
 from worker.errors import BadRecord
 from worker.keys import hold_id, nomination_id
@@ -210,6 +210,7 @@ def nominated_cards(holds: Sequence[Reservation]) -> dict[str, int]:
 def commit(store: Store, rec: JobRecord, change: Change, snap: Snapshot) -> tuple[str, JobRecord | None]:
     """Commit a change: ``("ok", new)``, or the script's code and None."""
     new = change.new
+    started = time.perf_counter()
     out = store.transition(
         rec,
         new,
@@ -220,7 +221,10 @@ def commit(store: Store, rec: JobRecord, change: Change, snap: Snapshot) -> tupl
         place=change.place,
         clear=change.clear,
     )
+    metrics.observe("commit_seconds", time.perf_counter() - started)
     if not out.ok:
+        if out.code not in ("stale", "gone"):
+            metrics.count("commit_conflicts")
         if out.code in ("full", "silent"):  # the pool this plan saw was wrong about that node: read it anew
             store.reread_node(out.detail)
         return out.code, None

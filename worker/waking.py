@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from planner.decide import Hold, JobPlan, nominate, same_layout, take
 from worker import constants as C
-from worker import logs
+from worker import logs, metrics
 from worker.classes import woken
 from worker.errors import BadRecord
 from worker.planning import Change, change_for, commit, nominated_cards, plan_for, readable_job
@@ -71,6 +71,8 @@ def wake_pass(store: Store, full: bool = False) -> int:
             code, new = commit(store, rec, change, snap)
             if new is not None:
                 moved += len(change.place) - len(nomination or ())
+                nodes = {h.node_id for h in change.place if not h.nominated} & snap.records.keys()
+                metrics.wake_latencies((snap.records[n].received_at for n in nodes), new.updated_at)
                 break
             if code in ("stale", "gone"):
                 break
