@@ -39,7 +39,7 @@ def params_from_config(lang: LanguageConfig, kv_heads: int) -> int:
     experts = _int(cfg, "num_local_experts") or _int(cfg, "num_experts") or _int(cfg, "n_routed_experts")
     total = embed + layers * attention + (2 * layers + 1) * hidden
     if not experts:
-        return total + layers * dense_mlp + _vision(lang.top)
+        return total + layers * dense_mlp + _vision(lang.top, hidden)
     moe_inter = _int(cfg, "moe_intermediate_size", dense_inter)
     moe = experts * 3 * hidden * moe_inter + hidden * experts  # the experts and the router
     shared = _int(cfg, "shared_expert_intermediate_size")
@@ -47,7 +47,7 @@ def params_from_config(lang: LanguageConfig, kv_heads: int) -> int:
         moe += 3 * hidden * shared + hidden
     moe += _int(cfg, "n_shared_experts") * 3 * hidden * moe_inter  # DeepSeek's shared experts
     dense_layers = _dense_layers(cfg, layers)
-    return total + dense_layers * dense_mlp + (layers - dense_layers) * moe + _vision(lang.top)
+    return total + dense_layers * dense_mlp + (layers - dense_layers) * moe + _vision(lang.top, hidden)
 
 
 def _attention(cfg: Mapping[str, Any], hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
@@ -73,7 +73,7 @@ def _dense_layers(cfg: Mapping[str, Any], layers: int) -> int:
     return sum(1 for i in range(layers) if i in listed or (i + 1) % step != 0)
 
 
-def _vision(config: Mapping[str, Any]) -> int:
+def _vision(config: Mapping[str, Any], text_hidden: int) -> int:
     """A vision tower's parameters and its projector into the language model: a ViT of
     ``num_hidden_layers`` (Qwen2-VL: ``depth``; Mllama: plus ``num_global_layers``) blocks of attention
     (four d x d matrices) and an MLP, with the patch embedding; 0 when there is no ``vision_config``."""
@@ -89,9 +89,6 @@ def _vision(config: Mapping[str, Any]) -> int:
     patch = _int(vision, "patch_size", 14)
     temporal = _int(vision, "temporal_patch_size", 1)
     tower = blocks * (4 * d * d + (3 if gated else 2) * d * inter) + 3 * temporal * patch * patch * d
-    text = config.get("text_config")
-    text_hidden = _int(text, "hidden_size") if isinstance(text, Mapping) else 0
-    text_hidden = text_hidden or _int(config, "hidden_size") or _int(vision, "out_hidden_size")
     merge = _int(vision, "spatial_merge_size")
     if merge:  # Qwen2-VL's merger: an MLP from merge^2 patches to the language model's width
         wide = d * merge * merge
