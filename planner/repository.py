@@ -152,7 +152,7 @@ def artifacts_from_listing(
                 quant="bf16",
             )
         )
-    if not out and "adapter_config.json" in root_names and root_names & set(_ADAPTER_WEIGHTS):
+    if not out and (base_model or root_names & {"adapter_config.json", *_ADAPTER_WEIGHTS}):
         base = f"its base model {base_model!r}" if base_model else "the base model its adapter_config.json names"
         raise InvalidInput(source, "(listing)", f"an adapter, not a model: serve {base} with this adapter")
     if not out:
@@ -203,17 +203,22 @@ def params_from_index(index: Any, config: Mapping[str, Any], hf_quant: Any = Non
     return int(total) // width
 
 
-def _as_loaded(artifacts: list[Artifact], config: Any, hf_quant: Any) -> tuple[Artifact, ...]:
+def _as_loaded(artifacts: list[Artifact], config: Any, hf_quant: Any, params: int) -> tuple[Artifact, ...]:
     """The original weights named for what they are (``bf16``, ``fp16``, ``fp8``, ``awq-int4``, ...); an
     fp32 original is loaded by vLLM in 16 bits (dtype ``auto`` turns float32 into a 16-bit type:
-    ``_get_and_verify_dtype``, vllm/config/model.py, v0.10), so it holds half its files' bytes."""
+    ``_get_and_verify_dtype``, vllm/config/model.py, v0.10), so it holds half its files' bytes. A config
+    that names no dtype (GPT-2's) is taken as fp32 where its files hold more than three bytes a parameter,
+    else as bf16."""
     if not isinstance(config, Mapping):
         return tuple(artifacts)
     quant = original_quant(config, hf_quant)
     out = []
     for a in artifacts:
         if a.name == ORIGINAL and a.format != "gguf":
-            a = replace(a, quant=quant, load_bytes=a.bytes // 2 if quant == "fp32" else 0)
+            this = quant
+            if not config_dtype(config) and not is_quantised(quant) and params and a.bytes > 3 * params:
+                this = "fp32"
+            a = replace(a, quant=this, load_bytes=a.bytes // 2 if this == "fp32" else 0)
         out.append(a)
     return tuple(out)
 
@@ -232,7 +237,8 @@ def repository_from_listing(
     ``adapter_config.json`` (which names the base model of a repository that is only an adapter)."""
     artifacts = artifacts_from_listing(parse_listing(files, source), source, base_model=_base_model(adapter))
     params = params_from_index(index, config, hf_quant) if isinstance(config, Mapping) else 0
-    return Repository(_as_loaded(artifacts, config, hf_quant), shape_from_config(config, params=params))
+    shape = shape_from_config(config, params=params)
+    return Repository(_as_loaded(artifacts, config, hf_quant, shape.params), shape)
 
 
 def repository_from_folder(folder: str | os.PathLike[str]) -> Repository:
@@ -280,7 +286,7 @@ def repository_from_folder(folder: str | os.PathLike[str]) -> Repository:
             index = _read_json(root / "model.safetensors.index.json", required=False)
             params = params_from_index(index, config, hf_quant)
     shape = shape_from_config(config, params=params, source=str(root / "config.json"))
-    return Repository(_as_loaded(artifacts, config, hf_quant), shape)
+    return Repository(_as_loaded(artifacts, config, hf_quant, shape.params), shape)
 
 
 def _shape_from_gguf_files(root: Path, artifacts: Sequence[Artifact], listing: Sequence[Mapping[str, Any]]) -> Shape:

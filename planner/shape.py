@@ -39,6 +39,8 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
     models (``kv_lora_rank``, as DeepSeek's) cache one latent of ``kv_lora_rank + qk_rope_head_dim`` per
     layer. ``params`` is the parameter count where something else tells it; 0 counts it from the shapes.
     """
+    if config is None:
+        raise InvalidInput(source, "(file)", "missing: a repository needs its config.json")
     if not isinstance(config, Mapping):
         raise InvalidInput(source, "(file)", f"expected a JSON object, got {type(config).__name__}")
     lang = language_config(config, source)
@@ -97,6 +99,10 @@ def _kv_heads(lang: LanguageConfig, heads: int, whole: Any) -> int:
     ``num_key_value_heads``), else the attention heads."""
     cfg = lang.fields
     new_falcon = lang.model_type in FALCON_TYPES and bool(cfg.get("new_decoder_architecture"))
+    if lang.model_type in FALCON_TYPES[1:] and cfg.get("hidden_size") == 8192:
+        # vLLM's RWConfig for Falcon's own configs (vllm/transformers_utils/configs/falcon.py, v0.10): "hack
+        # for falcon-40b", whose config has n_head_kv but no new_decoder_architecture
+        new_falcon = True
     if not new_falcon and cfg.get("multi_query") is True:
         return 1
     return int(whole("num_key_value_heads", default=heads))
