@@ -17,8 +17,8 @@ LLAMACPP_SWA_SEQUENCES = 4
 LLAMACPP_UBATCH = 512
 LLAMACPP_SWA_PAD = 256
 """llama.cpp's SWA cache holds ``min(ctx, pad(n_swa * n_seq_max + n_ubatch, 256))`` cells
-(``llama_kv_cache_iswa``, src/llama-kv-cache-iswa.cpp, b6000): llama-server's default is 4 slots on one
-unified cache and a micro-batch of 512."""
+(``llama_kv_cache_iswa``, src/llama-kv-cache-iswa.cpp, with the unified-cache option of mid 2025):
+llama-server's default is 4 slots on one unified cache and a micro-batch of 512."""
 
 
 def vllm_tp_allowed(shape: Shape, tp: int) -> bool:

@@ -205,10 +205,11 @@ def params_from_index(index: Any, config: Mapping[str, Any], hf_quant: Any = Non
 
 def _as_loaded(artifacts: list[Artifact], config: Any, hf_quant: Any, params: int) -> tuple[Artifact, ...]:
     """The original weights named for what they are (``bf16``, ``fp16``, ``fp8``, ``awq-int4``, ...); an
-    fp32 original is loaded by vLLM in 16 bits (dtype ``auto`` turns float32 into a 16-bit type:
-    ``_get_and_verify_dtype``, vllm/config/model.py, v0.10), so it holds half its files' bytes. A config
-    that names no dtype (GPT-2's) is taken as fp32 where its files hold more than three bytes a parameter,
-    else as bf16."""
+    fp32 original is loaded by vLLM in 16 bits (dtype ``auto`` turns float32 into float16, bfloat16 since
+    v0.10.1: ``_get_and_verify_dtype``, vllm/config/model.py), so it holds half its files' bytes. A config
+    that names no dtype (GPT-2's) vLLM takes as float32, and newer releases read the safetensors' own
+    dtype: here such an original is fp32 where its files hold more than three bytes a parameter, else
+    bf16."""
     if not isinstance(config, Mapping):
         return tuple(artifacts)
     quant = original_quant(config, hf_quant)

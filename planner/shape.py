@@ -24,9 +24,10 @@ it (``_get_and_verify_max_len``, vllm/config/model.py, v0.10)."""
 
 WINDOWED_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text", "gpt_oss", "cohere2"})
 """Model types whose sliding-window layers both engines cache for the window only: vLLM's hybrid KV cache
-manager (v1 engine, v0.10+) and llama.cpp's SWA cache (``llama_kv_cache_iswa``, for these architectures
-since b5400). Any other window (Mistral 7B v0.1's, Phi-3's, on every layer) is counted for the whole
-context: llama.cpp caches those layers whole, and a plan never counts less than an engine takes."""
+manager (v1 engine, v0.10+) and llama.cpp's SWA cache (``llama_kv_cache_iswa``, used for every
+architecture with a ``swa_type``, these among them, since its PR 13194 of May 2025). Any other window
+(Mistral 7B v0.1's, Phi-3's, on every layer) is counted for the whole context: llama.cpp caches those
+layers whole, and a plan never counts less than an engine takes."""
 
 
 def shape_from_config(config: Any, *, params: int = 0, source: str = "config.json") -> Shape:
