@@ -255,7 +255,6 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 """What each config class gives a field the config leaves out."""
 
-MODEL_DEFAULTS["deepseek_v2"] = MODEL_DEFAULTS["deepseek_v3"]
 MODEL_DEFAULTS["qwen2_5_vl_text"] = MODEL_DEFAULTS["qwen2_vl_text"]
 MODEL_DEFAULTS["gemma3"] = MODEL_DEFAULTS["gemma3_text"]
 MODEL_DEFAULTS["cohere2"] = MODEL_DEFAULTS["cohere"]

@@ -80,11 +80,15 @@ def _vision(config: Mapping[str, Any], text_hidden: int) -> int:
     vision = config.get("vision_config")
     if not isinstance(vision, Mapping):
         return 0
-    d = _int(vision, "embed_dim") or _int(vision, "hidden_size")
-    blocks = (_int(vision, "depth") or _int(vision, "num_hidden_layers")) + _int(vision, "num_global_layers")
+    # Kimi-K2.5's MoonViT names its fields vt_*
+    d = _int(vision, "embed_dim") or _int(vision, "hidden_size") or _int(vision, "vt_hidden_size")
+    blocks = _int(vision, "depth") or _int(vision, "num_hidden_layers") or _int(vision, "vt_num_hidden_layers")
+    blocks += _int(vision, "num_global_layers")
     if not d or not blocks:
         return 0
-    inter = _int(vision, "intermediate_size") or d * _int(vision, "mlp_ratio", 4)
+    inter = (
+        _int(vision, "intermediate_size") or _int(vision, "vt_intermediate_size") or d * _int(vision, "mlp_ratio", 4)
+    )
     gated = vision.get("hidden_act") == "silu"  # Qwen2.5-VL's vision MLP is gated (SwiGLU)
     patch = _int(vision, "patch_size", 14)
     temporal = _int(vision, "temporal_patch_size", 1)
