@@ -77,6 +77,9 @@ class Shape:
     ``kv_bytes_per_token`` that the engines keep only for the window."""
     max_context_source: str = ""
     """Where ``max_context`` comes from, for the message that refuses a longer context."""
+    vision_params: int = 0
+    """Of ``params``, the vision tower's and projector's: a GGUF keeps them apart, in its ``mmproj`` file,
+    so a GGUF's bits per weight are over the rest."""
 
 
 @dataclass(frozen=True, slots=True)

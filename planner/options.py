@@ -39,8 +39,9 @@ def options(artifacts: Iterable[Artifact], shape: Shape, nodes: Sequence[PoolNod
     out: list[Option] = []
     for a in artifacts:
         bpw = bits_of(a.quant)
-        if shape.params > 0:
-            bpw = a.weights_bytes * 8 / shape.params
+        params = shape.params - shape.vision_params if a.format == "gguf" else shape.params
+        if params > 0:
+            bpw = a.weights_bytes * 8 / params
         if a.format == "gguf":
             hosts = hosts or HostPool.of(nodes)
             out += gguf_options(a, llamacpp_kv_bytes(shape, context), hosts, pools, bpw)

@@ -23,6 +23,11 @@ def _int(cfg: Mapping[str, Any], name: str, default: int = 0) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
+def vision_params(lang: LanguageConfig) -> int:
+    """The vision tower's and projector's parameters; 0 without a ``vision_config``."""
+    return _vision(lang.top, _int(lang.fields, "hidden_size"))
+
+
 def params_from_config(lang: LanguageConfig, kv_heads: int) -> int:
     """The parameter count from the shapes; 0 when a shape it needs is missing."""
     cfg = lang.fields

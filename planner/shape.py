@@ -10,7 +10,7 @@ from planner.configs import LanguageConfig, language_config
 from planner.constants import KV_BYTES_PER_ELEMENT
 from planner.errors import InvalidInput
 from planner.model import Shape
-from planner.params import params_from_config
+from planner.params import params_from_config, vision_params
 
 MAX_CONFIG_DIMENSION = 1 << 24
 """Bounds on a config's layer, head and width counts: far past any model, short of overflowing the
@@ -90,6 +90,7 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
         mla=mla,
         windows=windows,
         max_context_source=where,
+        vision_params=vision_params(lang),
     )
 
 

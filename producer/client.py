@@ -66,6 +66,7 @@ def request_from_repository(
                 "mla": repo.shape.mla,
                 "windows": [list(w) for w in repo.shape.windows],
                 "max_context_source": repo.shape.max_context_source,
+                "vision_params": repo.shape.vision_params,
             },
             "context": context,
             "artifact": artifact,

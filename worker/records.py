@@ -151,6 +151,8 @@ class ServeRequest(BaseModel):
         )
         if not (0 <= s.heads <= 1 << 24 and windows_ok and len(s.max_context_source) <= 200):
             raise ValueError("shape: a field is out of range")
+        if not 0 <= s.vision_params <= s.params:
+            raise ValueError("shape: a field is out of range")
         if self.artifact is not None and self.artifact not in names:
             shown = ", ".join(repr(n[:80]) for n in names[:5]) + (
                 f" and {len(names) - 5} more" if len(names) > 5 else ""
