@@ -236,6 +236,8 @@ def repository_from_listing(
     ``model.safetensors.index.json`` data (which tells the parameter count of 16-bit weights), ModelOpt's
     ``hf_quant_config.json`` data (which tells a quantisation that ``config.json`` does not) and an
     ``adapter_config.json`` (which names the base model of a repository that is only an adapter)."""
+    if adapter is None and isinstance(config, Mapping) and "peft_type" in config:
+        adapter = config  # an adapter_config.json given as the config
     artifacts = artifacts_from_listing(parse_listing(files, source), source, base_model=_base_model(adapter))
     params = params_from_index(index, config, hf_quant) if isinstance(config, Mapping) else 0
     shape = shape_from_config(config, params=params)

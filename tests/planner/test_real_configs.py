@@ -260,6 +260,8 @@ def test_an_adapter_alone_is_refused_naming_its_base() -> None:
         InvalidInput, match=r"an adapter, not a model: serve its base model 'meta-llama/Meta-Llama-3-8B"
     ):
         repository_from_listing(files, None, adapter=adapter)
+    with pytest.raises(InvalidInput, match=r"an adapter, not a model: serve its base model"):
+        repository_from_listing(files[1:], adapter)  # adapter_config.json given where config.json goes
 
 
 def test_a_label_past_any_card_is_refused() -> None:
