@@ -272,6 +272,7 @@ def repository_from_folder(folder: str | os.PathLike[str]) -> Repository:
             listing.append({"path": full.relative_to(root).as_posix(), "size": size})
     adapter = _read_json(root / "adapter_config.json", required=False) if config is None else None
     artifacts = artifacts_from_listing(parse_listing(listing, str(root)), str(root), base_model=_base_model(adapter))
+    artifacts = [a for a in artifacts if not _is_projector(root, a, listing)]
     if config is None:
         return Repository(tuple(artifacts), _shape_from_gguf_files(root, artifacts, listing))
     params = 0
@@ -290,6 +291,26 @@ def repository_from_folder(folder: str | os.PathLike[str]) -> Repository:
             params = params_from_index(index, config, hf_quant)
     shape = shape_from_config(config, params=params, source=str(root / "config.json"))
     return Repository(_as_loaded(artifacts, config, hf_quant, shape.params), shape)
+
+
+PROJECTOR_ARCHITECTURES = ("clip", "mmproj")
+"""``general.architecture`` of llama.cpp's multimodal projector files (``clip``, as its clip.cpp writes them)."""
+
+
+def _is_projector(root: Path, a: Artifact, listing: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a GGUF artifact is a projector by its header, whatever its name; a header that cannot be
+    read leaves it an artifact (reading the shape from it says what is wrong)."""
+    if a.format != "gguf":
+        return False
+    first = a.name
+    if a.shards:
+        parts = sorted(f["path"] for f in listing if (m := _GGUF_SPLIT.match(f["path"])) and m["stem"] == a.name)
+        first = parts[0] if parts else a.name
+    try:
+        arch = read_header(root / first, metadata_only=True).metadata.get("general.architecture")
+    except InvalidInput:
+        return False
+    return arch in PROJECTOR_ARCHITECTURES
 
 
 def _shape_from_gguf_files(root: Path, artifacts: Sequence[Artifact], listing: Sequence[Mapping[str, Any]]) -> Shape:
