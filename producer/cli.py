@@ -74,10 +74,12 @@ def load_repository(args: argparse.Namespace, client: Client | None = None) -> R
     if not (args.files and args.config):
         raise InvalidInput("arguments", "--files/--config", "give both --files and --config, or --repo DIR")
     index = _read_json(args.index, "--index", "index_bytes") if args.index else None
+    quant = _read_json(args.quant_config, "--quant-config", "config_bytes") if args.quant_config else None
     files = _read_json(args.files, "--files", "listing_bytes")
     check_listing(files, args.files)
     check_index(index, args.index or "")
-    return repository_from_listing(files, _read_json(args.config, "--config", "config_bytes"), index, source=args.files)
+    config = _read_json(args.config, "--config", "config_bytes")
+    return repository_from_listing(files, config, index, hf_quant=quant, source=args.files)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -236,6 +238,7 @@ def _add_repository_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--files", metavar="FILES.json", help='the file listing: a JSON list of {"path", "size"}')
     p.add_argument("--config", metavar="CONFIG.json", help="the model's config.json")
     p.add_argument("--index", metavar="INDEX.json", help="model.safetensors.index.json, for the parameter count")
+    p.add_argument("--quant-config", metavar="HF_QUANT_CONFIG.json", help="ModelOpt's hf_quant_config.json, if any")
     p.add_argument(
         "--repo",
         metavar="DIR|ORG/NAME",
