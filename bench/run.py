@@ -362,8 +362,8 @@ def planner_cost(sizes: Sizes) -> None:
 
 def snapshot_cost(url: str, sizes: Sizes) -> None:
     """Time for a worker to read the pool (``Store.snapshot``), a fifth of the nodes holding a job: cold
-    (the first read after every node published anew: each record validated) and warm (what a worker
-    reads between two heartbeats of a node: the records it has seen)."""
+    (the first read, the whole pool) and after a change (one node published since the last read: what a
+    worker's mirror catches up on between two plans)."""
     r = redis.Redis.from_url(url)
     store = Store(redis.Redis.from_url(url), Keys(PLAN_PREFIX))
     k = store.keys
@@ -385,18 +385,22 @@ def snapshot_cost(url: str, sizes: Sizes) -> None:
         if len(snap.nodes) != n:
             raise RuntimeError(f"snapshot saw {len(snap.nodes)} of {n} nodes")
         runs = []
-        for _ in range(sizes.snapshot_reads):
+        for i in range(sizes.snapshot_reads):
             if time.monotonic() - loaded > C.NODE_TTL_MS / 2000:  # heartbeats lapse: publish them again
                 seq += 1
                 load_pool(store, [{**b, "seq": seq} for b in beats])
                 loaded = time.monotonic()
                 store.snapshot()
+            # a change between two reads, as between two plans: one node publishes
+            one = beats[(i * 7919) % n]
+            store.put_heartbeat(records_of([{**one, "seq": seq + 1 + i}])[0])
             t0 = time.perf_counter()
             snap = store.snapshot()
             runs.append(time.perf_counter() - t0)
             if len(snap.nodes) != n:
                 raise RuntimeError(f"snapshot saw {len(snap.nodes)} of {n} nodes")
-        emit(f"snapshot_ms_n{n}", statistics.median(runs) * 1000, "ms")
+        seq += sizes.snapshot_reads + 1
+        emit(f"pool_read_after_change_ms_n{n}", statistics.median(runs) * 1000, "ms")
         emit(f"snapshot_cold_ms_n{n}", cold * 1000, "ms")
     r.flushall()
     store.redis.close()

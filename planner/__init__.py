@@ -3,13 +3,15 @@ ranked ways of running it. No Redis, queue, logging, clock or network in here.""
 
 from __future__ import annotations
 
+from planner.configs import supported_model_types
 from planner.constants import DEFAULT_CONTEXT
 from planner.errors import InvalidInput, ModelplanError
 from planner.model import ORIGINAL, Artifact, Option, PoolNode, Shape
 from planner.options import classes, options, quality, rank, rank_key
 from planner.pool import NodeReport, parse_node, parse_pool, pool_nodes
 from planner.quant import QUANT_BITS, mem_from_class, quant_of
-from planner.repository import Repository, repository_from_folder, repository_from_listing, shape_from_config
+from planner.repository import Repository, repository_from_folder, repository_from_listing
+from planner.shape import shape_from_config
 
 MAX_CONTEXT = 1 << 24
 """The longest context a request may name (16M tokens): past every model, short of overflowing sizes."""
@@ -21,9 +23,10 @@ def check_context(shape: Shape, context: int, source: str = "request") -> int:
         allowed = f"must be a whole number of tokens from 1 to {MAX_CONTEXT}"
         raise InvalidInput(source, "context", f"{allowed} (given {context!r})")
     if shape.max_context and context > shape.max_context:
-        raise InvalidInput(
-            source, "context", f"{context} is more than the model's max_position_embeddings {shape.max_context}"
-        )
+        plain = f"max_position_embeddings {shape.max_context}"
+        where = shape.max_context_source or plain
+        limit = plain if where == plain else f"{shape.max_context} tokens ({where}, as vLLM derives max_model_len)"
+        raise InvalidInput(source, "context", f"{context} is more than the model's {limit}")
     return context
 
 
@@ -60,4 +63,5 @@ __all__ = [
     "repository_from_folder",
     "repository_from_listing",
     "shape_from_config",
+    "supported_model_types",
 ]

@@ -17,6 +17,7 @@ from typing import Literal
 from planner.constants import HOST_SHARE, card_budget_gb, gguf_overhead_bytes, gib, vllm_overhead_bytes
 from planner.model import Artifact, Option, PoolNode, Shape
 from planner.options import classes, options
+from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_kv_spread, vllm_tp_allowed
 
 Outcome = Literal["placed", "waiting", "failed"]
 ReplicaState = Literal["placed", "fallback", "waiting"]
@@ -303,28 +304,30 @@ def why_unfit(artifacts: Sequence[Artifact], shape: Shape, nodes: Sequence[PoolN
     """What was too large for what, for a request with no option at all."""
     if not nodes:
         return "no node in the pool"
-    kv = context * shape.kv_bytes_per_token
     pools = classes(nodes)
     ram = max((n.host_mem_gb for n in nodes), default=0) * HOST_SHARE
     parts = []
     for a in artifacts:
-        head = f"{a.name} ({gib(a.bytes):.1f} GiB, KV cache {gib(kv):.1f} GiB at {context} tokens)"
+        weights = a.weights_bytes
+        kv = llamacpp_kv_bytes(shape, context) if a.format == "gguf" else vllm_kv_bytes(shape, context)
+        head = f"{a.name} ({gib(weights):.1f} GiB, KV cache {gib(kv):.1f} GiB at {context} tokens)"
         if pools:
             widest = max(pools, key=lambda c: (c.max_gpus * c.mem_gb, c.gpu_class))
             w = widest.max_gpus
             if a.format == "gguf":
-                per = gib((a.bytes + kv) // w + gguf_overhead_bytes(a.bytes // w))
+                per = gib((weights + kv) // w + gguf_overhead_bytes(weights // w))
             else:
                 w = 1 << (w.bit_length() - 1)
-                while shape.kv_heads and w > 1 and shape.kv_heads % w:
+                while w > 1 and not vllm_tp_allowed(shape, w):
                     w //= 2
-                per = gib((a.bytes + kv) // w + vllm_overhead_bytes(a.bytes // w))
+                spread = vllm_kv_spread(shape, kv, w)
+                per = gib((weights + spread) // w + vllm_overhead_bytes(weights // w))
             cards = f"needs {per:.1f} GiB a card on {w} × {widest.gpu_class} of {widest.budget_gb:.1f}"
         else:
             cards = "no node has a card"
         part = f"{head}: {cards}"
         if a.format == "gguf":
-            total = gib(a.bytes + kv + gguf_overhead_bytes(a.bytes))
+            total = gib(weights + kv + gguf_overhead_bytes(weights))
             part += f"; {total:.1f} GiB of RAM on the CPU, the largest node offers {ram:.1f}"
         parts.append(part)
     return "nothing in the pool can hold it: " + " | ".join(parts)

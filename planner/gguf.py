@@ -89,8 +89,9 @@ class _Reader:
             raise InvalidInput(self.source, "(header)", f"holds an array of unknown type {kind}")
 
 
-def read_header(path: Path) -> GgufHeader:
-    """The metadata and parameter count of the GGUF file at ``path``."""
+def read_header(path: Path, *, metadata_only: bool = False) -> GgufHeader:
+    """The metadata and parameter count of the GGUF file at ``path`` (with ``metadata_only``, the metadata
+    alone: the parameter count is then 0)."""
     source = str(path)
     try:
         with path.open("rb") as f:
@@ -107,7 +108,7 @@ def read_header(path: Path) -> GgufHeader:
                 key = r.string()
                 metadata[key] = r.value(int(r.take("<I")))
             params = 0
-            for _ in range(tensors):
+            for _ in range(0 if metadata_only else tensors):
                 r.string()
                 dims = int(r.take("<I"))
                 if dims > 8:

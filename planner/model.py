@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Format = Literal["gguf", "safetensors"]
+Format = Literal["gguf", "safetensors", "pytorch"]
 Engine = Literal["llamacpp", "vllm"]
 
 ORIGINAL = "original"
@@ -21,7 +21,7 @@ ORIGINAL = "original"
 @dataclass(frozen=True, slots=True)
 class Artifact:
     """Something a repository offers to serve: one GGUF file (or one split into parts), or its original
-    safetensors weights."""
+    weights (safetensors; ``pytorch_model*.bin`` where there are none)."""
 
     name: str
     """The file, or the set's name; ``original`` for the original weights."""
@@ -30,7 +30,16 @@ class Artifact:
     shards: int = 0
     """How many files make it, when more than one."""
     quant: str = ""
-    """The quantisation read from the name, like ``Q4_K_M``; ``bf16`` for original weights."""
+    """The quantisation read from the name, like ``Q4_K_M``; for original weights what the weights are:
+    ``bf16``, ``fp16``, or the method and bits of a quantised original (``fp8``, ``awq-int4``, ``mxfp4``)."""
+    load_bytes: int = 0
+    """What the weights take once an engine has loaded them, where that differs from the files: an fp32
+    original is loaded at 16 bits. 0 is the files' size."""
+
+    @property
+    def weights_bytes(self) -> int:
+        """The bytes a replica holds for the weights."""
+        return self.load_bytes or self.bytes
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "format": self.format, "bytes": self.bytes}
@@ -38,6 +47,8 @@ class Artifact:
             out["shards"] = self.shards
         if self.quant:
             out["quant"] = self.quant
+        if self.load_bytes:
+            out["load_bytes"] = self.load_bytes
         return out
 
 
@@ -46,13 +57,29 @@ class Shape:
     """What sizes a model's KV cache, and constrains how it splits."""
 
     kv_bytes_per_token: int
-    """One token of context, the whole model."""
+    """One token of context, the whole model, every layer counted for every token (sliding-window layers
+    included: ``windows`` says how much of this stops growing past a window)."""
     kv_heads: int = 0
-    """Must divide by a tensor-parallel width; 0 is unknown."""
+    """The KV heads: a tensor-parallel width divides them or is a multiple of them; 0 is unknown."""
     params: int = 0
     """The parameter count, for bits per weight; 0 is unknown."""
     max_context: int = 0
-    """The longest context the model was trained for (``max_position_embeddings``); 0 is unknown."""
+    """The longest context the engines accept (``max_position_embeddings``, extended by ``rope_scaling``
+    as vLLM derives ``max_model_len``); 0 is unknown."""
+    heads: int = 0
+    """The attention heads, which a tensor-parallel width must divide; 0 is unknown (then the width must
+    divide the KV heads, as the seed had it)."""
+    mla: bool = False
+    """The KV cache is one latent per layer (DeepSeek's MLA), which every card of a tensor-parallel group
+    keeps whole."""
+    windows: tuple[tuple[int, int], ...] = ()
+    """Sliding-window layers as ``(window tokens, KV bytes per token of those layers)``: their part of
+    ``kv_bytes_per_token`` that the engines keep only for the window."""
+    max_context_source: str = ""
+    """Where ``max_context`` comes from, for the message that refuses a longer context."""
+    vision_params: int = 0
+    """Of ``params``, the vision tower's and projector's: a GGUF keeps them apart, in its ``mmproj`` file,
+    so a GGUF's bits per weight are over the rest."""
 
 
 @dataclass(frozen=True, slots=True)

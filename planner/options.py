@@ -24,6 +24,7 @@ from planner.constants import (
     vllm_overhead_bytes,
 )
 from planner.model import Artifact, Option, PoolNode, Shape
+from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_kv_spread, vllm_tp_allowed
 from planner.quant import bits_of
 
 
@@ -38,14 +39,14 @@ def options(artifacts: Iterable[Artifact], shape: Shape, nodes: Sequence[PoolNod
     out: list[Option] = []
     for a in artifacts:
         bpw = bits_of(a.quant)
-        if shape.params > 0:
-            bpw = a.bytes * 8 / shape.params
-        kv = context * shape.kv_bytes_per_token
+        params = shape.params - shape.vision_params if a.format == "gguf" else shape.params
+        if params > 0:
+            bpw = a.weights_bytes * 8 / params
         if a.format == "gguf":
             hosts = hosts or HostPool.of(nodes)
-            out += gguf_options(a, kv, hosts, pools, bpw)
-        elif a.format == "safetensors":
-            out += vllm_options(a, kv, shape, pools, bpw)
+            out += gguf_options(a, llamacpp_kv_bytes(shape, context), hosts, pools, bpw)
+        elif a.format in ("safetensors", "pytorch"):
+            out += vllm_options(a, vllm_kv_bytes(shape, context), shape, pools, bpw)
     rank(out)
     return out
 
@@ -54,7 +55,8 @@ def gguf_options(a: Artifact, kv: int, host_pool: HostPool, pools: Sequence[Grou
     """llama.cpp: the whole replica in one node's RAM, or split by layer over the fewest of one node's
     cards that hold it."""
     out: list[Option] = []
-    total = gib(a.bytes + kv + gguf_overhead_bytes(a.bytes))
+    weights = a.weights_bytes
+    total = gib(weights + kv + gguf_overhead_bytes(weights))
     hosts, have = 0, 0.0
     for host_mem_gb, count in host_pool.sizes.items():
         node_have = host_mem_gb * HOST_SHARE
@@ -81,7 +83,7 @@ def gguf_options(a: Artifact, kv: int, host_pool: HostPool, pools: Sequence[Grou
         )
     for c in pools:
         for width in range(1, c.max_gpus + 1):
-            per = gib((a.bytes + kv) // width + gguf_overhead_bytes(a.bytes // width))
+            per = gib((weights + kv) // width + gguf_overhead_bytes(weights // width))
             if not fits(per, c.mem_gb):
                 continue
             hosts, free = c.takers(width)
@@ -106,14 +108,17 @@ def gguf_options(a: Artifact, kv: int, host_pool: HostPool, pools: Sequence[Grou
 
 def vllm_options(a: Artifact, kv: int, shape: Shape, pools: Sequence[Group], bpw: float) -> list[Option]:
     """vLLM: tensor parallel over the narrowest power of two of one node's cards that holds it; failing
-    that, a node's full width on each of several nodes of one fabric, pipeline parallel between them."""
+    that, a node's full width on each of several nodes of one fabric, pipeline parallel between them.
+    Widths are those vLLM accepts (``planner.parallel.vllm_tp_allowed``), and each card holds its share
+    of the KV cache as vLLM shards it (replicated KV heads, the whole MLA latent)."""
+    weights = a.weights_bytes
 
-    def per_card_gb(width: int) -> float:
-        return gib((a.bytes + kv) // width + vllm_overhead_bytes(a.bytes // width))
+    def per_card_gb(tp: int, pp: int = 1) -> float:
+        cards = tp * pp
+        return gib((weights + vllm_kv_spread(shape, kv, tp)) // cards + vllm_overhead_bytes(weights // cards))
 
     def divides(w: int) -> bool:
-        # Tensor parallel within a node must divide the KV heads.
-        return shape.kv_heads == 0 or (w <= shape.kv_heads and shape.kv_heads % w == 0)
+        return vllm_tp_allowed(shape, w)
 
     def option(c: Group, per_node: int, n: int, fabric: str, hosts: int, free_now: bool) -> Option:
         return Option(
@@ -124,7 +129,7 @@ def vllm_options(a: Artifact, kv: int, shape: Shape, pools: Sequence[Group], bpw
             fabric=fabric,
             gpus_per_node=per_node,
             nodes=n,
-            need_gb=per_card_gb(per_node * n),
+            need_gb=per_card_gb(per_node, n),
             have_gb=c.budget_gb,
             hosts=hosts,
             free_now=free_now,
@@ -154,7 +159,7 @@ def vllm_options(a: Artifact, kv: int, shape: Shape, pools: Sequence[Group], bpw
 
 
 def _across_nodes(
-    fab: FabricGroup, divides: Callable[[int], bool], per_card_gb: Callable[[int], float], mem_gb: int
+    fab: FabricGroup, divides: Callable[[int], bool], per_card_gb: Callable[[int, int], float], mem_gb: int
 ) -> tuple[int, int, int, int] | None:
     """The pipeline-parallel layout on one fabric: ``(cards per node, nodes, hosts, free hosts)``.
 
@@ -171,7 +176,7 @@ def _across_nodes(
         takers, free = fab.takers(width)
         n = 2
         while n <= takers:
-            if fits(per_card_gb(width * n), mem_gb):
+            if fits(per_card_gb(width, n), mem_gb):
                 if best is None or width * n < best[0] * best[1]:
                     best = (width, n, takers, free)
                 break

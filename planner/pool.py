@@ -58,6 +58,8 @@ class NodeReport(BaseModel):
             raise ValueError(
                 f"gpu_mem_gb is needed: the class label {self.gpu_class!r} carries no size (like h100-80g)"
             )
+        if labelled > MAX_MEM_GB:
+            raise ValueError(f"the class label {self.gpu_class!r} names a card of {labelled} GiB, past {MAX_MEM_GB}")
         if self.gpu_mem_gb and labelled and self.gpu_mem_gb != labelled:
             raise ValueError(f"gpu_mem_gb {self.gpu_mem_gb} disagrees with the class label {self.gpu_class!r}")
         return self

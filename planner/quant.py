@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from planner.quantconfig import original_bits
+
 QUANT_BITS: dict[str, float] = {
     "F32": 32,
     "F16": 16,
@@ -40,7 +42,7 @@ out from the file's size."""
 # The seed's pattern. Alternatives are tried left to right at each position, as Go's RE2 does for
 # leftmost-first matching; re.ASCII keeps \d and case folding to ASCII, as RE2's are.
 _QUANT = re.compile(r"(IQ\d_[A-Z]+|Q\d_K_[SML]|Q\d_K|Q\d_\d|Q\d|BF16|F16|F32|FP16)", re.IGNORECASE | re.ASCII)
-_CLASS_SIZE = re.compile(r"\+?(\d+)g", re.ASCII)
+_CLASS_SIZE = re.compile(r"\+?(\d+)g(?:b|ib|ig)?", re.ASCII | re.IGNORECASE)
 
 
 def quant_of(name: str) -> str:
@@ -50,13 +52,16 @@ def quant_of(name: str) -> str:
 
 
 def bits_of(quant: str) -> float:
-    """Bits per weight of a quantisation by the table; 0 when it is not in it."""
-    return QUANT_BITS.get(quant.upper(), 0.0)
+    """Bits per weight of a quantisation by the table (GGUF's, then an original's: ``fp8``, ``awq-int4``);
+    0 when it is in neither."""
+    return QUANT_BITS.get(quant.upper(), 0.0) or original_bits(quant.lower())
 
 
 def mem_from_class(gpu_class: str) -> int:
     """The card size in GiB in a class label such as ``h100-80g``: the part after the last ``-``, digits
-    followed by ``g``. 0 when the label carries none."""
+    followed by ``g`` (the seed's ``MemFromClass`` reads ``%dg``), which may go on as ``gb``, ``gib`` or
+    ``gig``, in either case: ``80g``, ``80gb``, ``80GB``, ``24gig``. 0 when the label carries none. A size
+    past any card is returned as it is, for the caller to refuse."""
     _, dash, tail = gpu_class.rpartition("-")
     if not dash:
         return 0

@@ -18,26 +18,29 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from planner.constants import KV_BYTES_PER_ELEMENT
 from planner.errors import InvalidInput
 from planner.gguf import read_header, shape_from_gguf
 from planner.model import ORIGINAL, Artifact, Shape
 from planner.pool import invalid_from
 from planner.quant import quant_of
+from planner.quantconfig import config_dtype, is_quantised, original_quant
+from planner.shape import MAX_CONFIG_DIMENSION, shape_from_config
+
+__all__ = ["MAX_CONFIG_DIMENSION", "Repository", "shape_from_config"]
 
 MAX_FILE_BYTES = 1 << 50
 """A file size past a PiB is a typo, not a file."""
-
-MAX_CONFIG_DIMENSION = 1 << 24
-"""Bounds on a config's layer, head and width counts: far past any model, short of overflowing the
-arithmetic."""
 
 SAFETENSORS_HEADER_LIMIT = 100 << 20
 """The safetensors format caps its JSON header at 100 MB; a larger length prefix means a broken file."""
 
 _GGUF_SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
-_SHARD = re.compile(r"-(?P<part>\d{5})-of-(?P<total>\d{5})\.safetensors$", re.IGNORECASE)
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float": 4, "half": 2}
+_SHARD = re.compile(r"-(?P<part>\d{5})-of-(?P<total>\d{5})\.(?:safetensors|bin)$", re.IGNORECASE)
+_NOT_MODEL_GGUF = ("mmproj", "imatrix")
+"""Names of GGUF files that are no model: multimodal projectors and importance matrices (llama.cpp's
+llama-imatrix writes GGUF), wherever the word sits in the name."""
+_ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,23 +87,32 @@ def parse_listing(data: Any, source: str = "files") -> list[ListedFile]:
     return files
 
 
-def artifacts_from_listing(files: Iterable[ListedFile], source: str = "files") -> list[Artifact]:
+def artifacts_from_listing(
+    files: Iterable[ListedFile], source: str = "files", *, base_model: str = ""
+) -> list[Artifact]:
     """The artifacts in a listing.
 
     Each ``.gguf`` model file is one, its quant read from its path; parts named
     ``<name>-00001-of-0000N.gguf`` are one artifact, ``<name>``, of N shards, their bytes summed;
-    multimodal projectors (``mmproj*``) are not artifacts of their own. The root ``*.safetensors`` shards
-    are one artifact, ``original`` (a root ``consolidated*.safetensors`` beside them is the same weights
-    in another layout, and is left out). Weights under ``original/`` and every other file are ignored.
+    projectors and importance matrices (``mmproj`` or ``imatrix`` anywhere in the name) are not
+    artifacts. The root ``*.safetensors`` shards are one artifact, ``original`` (a root
+    ``consolidated*.safetensors`` beside them is the same weights in another layout, and is left out);
+    where there are none, the root ``pytorch_model*.bin`` files are, as vLLM loads them. Weights under
+    ``original/`` and every other file are ignored. A repository of an adapter alone
+    (``adapter_config.json`` with ``adapter_model.*``) is refused, naming ``base_model`` where it is known.
     """
     singles: list[Artifact] = []
     splits: dict[tuple[str, int], dict[int, int]] = {}
     root_weights: list[ListedFile] = []
+    root_bins: list[ListedFile] = []
+    root_names: set[str] = set()
     for f in files:
         path = PurePosixPath(f.path)
         lower = path.name.lower()
+        if len(path.parts) == 1:
+            root_names.add(lower)
         if lower.endswith(".gguf"):
-            if lower.startswith("mmproj"):
+            if any(word in lower for word in _NOT_MODEL_GGUF):
                 continue
             _refuse_empty(f, source)
             m = _GGUF_SPLIT.match(f.path)
@@ -111,9 +123,12 @@ def artifacts_from_listing(files: Iterable[ListedFile], source: str = "files") -
             if not 1 <= part <= total:
                 raise InvalidInput(source, "path", f"{f.path!r}: part {part} of {total} is out of range")
             splits.setdefault((m["stem"], total), {})[part] = f.size
-        elif lower.endswith(".safetensors") and len(path.parts) == 1:
+        elif lower.endswith(".safetensors") and len(path.parts) == 1 and lower not in _ADAPTER_WEIGHTS:
             _refuse_empty(f, source)
             root_weights.append(f)
+        elif lower.startswith("pytorch_model") and lower.endswith(".bin") and len(path.parts) == 1:
+            _refuse_empty(f, source)
+            root_bins.append(f)
 
     out = sorted(singles, key=lambda a: a.name)
     for (stem, total), parts in sorted(splits.items()):
@@ -125,19 +140,25 @@ def artifacts_from_listing(files: Iterable[ListedFile], source: str = "files") -
 
     if any(not f.path.lower().startswith("consolidated") for f in root_weights):
         root_weights = [f for f in root_weights if not f.path.lower().startswith("consolidated")]
-    if root_weights:
-        _check_shards(root_weights, source)
+    original = root_weights or root_bins
+    if original:
+        _check_shards(original, source)
         out.append(
             Artifact(
                 name=ORIGINAL,
-                format="safetensors",
-                bytes=sum(f.size for f in root_weights),
-                shards=len(root_weights) if len(root_weights) > 1 else 0,
+                format="safetensors" if root_weights else "pytorch",
+                bytes=sum(f.size for f in original),
+                shards=len(original) if len(original) > 1 else 0,
                 quant="bf16",
             )
         )
+    if not out and (base_model or root_names & {"adapter_config.json", *_ADAPTER_WEIGHTS}):
+        base = f"its base model {base_model!r}" if base_model else "the base model its adapter_config.json names"
+        raise InvalidInput(source, "(listing)", f"an adapter, not a model: serve {base} with this adapter")
     if not out:
-        raise InvalidInput(source, "(listing)", "no weights: no .gguf model file and no *.safetensors at the root")
+        raise InvalidInput(
+            source, "(listing)", "no weights: no .gguf model file, no *.safetensors, no pytorch_model*.bin at the root"
+        )
     return out
 
 
@@ -163,76 +184,18 @@ def _listed(numbers: list[int]) -> str:
     return shown + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
 
 
-def shape_from_config(config: Any, *, params: int = 0, source: str = "config.json") -> Shape:
-    """A model's shape from its ``config.json``.
-
-    Multimodal configs nest the language model's fields under ``text_config``; those win over the top
-    level. ``num_key_value_heads`` absent means as many as the attention heads; ``head_dim`` absent means
-    ``hidden_size / num_attention_heads``. MLA models (``kv_lora_rank``, as DeepSeek's) cache one latent of
-    ``kv_lora_rank + qk_rope_head_dim`` per layer instead of keys and values per head. A sliding window
-    is not counted: every layer is planned for the whole context, which can over-estimate, never under.
-    ``params`` is the parameter count where something else tells it (0 is unknown).
-    """
-    if not isinstance(config, Mapping):
-        raise InvalidInput(source, "(file)", f"expected a JSON object, got {type(config).__name__}")
-    cfg: dict[str, Any] = dict(config)
-    text = config.get("text_config")
-    if isinstance(text, Mapping):
-        cfg.update(text)
-        source = f"{source} (text_config)"
-
-    def whole(name: str, *, default: int | None = None) -> int:
-        value = cfg.get(name)
-        if value is None:
-            if default is not None:
-                return default
-            raise InvalidInput(source, name, "missing")
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_CONFIG_DIMENSION:
-            allowed = f"must be a whole number from 1 to {MAX_CONFIG_DIMENSION}"
-            raise InvalidInput(source, name, f"{allowed} (given {value!r})")
-        return value
-
-    layers = whole("num_hidden_layers")
-    heads = whole("num_attention_heads")
-    kv_heads = whole("num_key_value_heads", default=heads)
-    if cfg.get("kv_lora_rank") is not None:
-        per_layer = whole("kv_lora_rank") + whole("qk_rope_head_dim")
-    else:
-        if cfg.get("head_dim") is not None:
-            head_dim = whole("head_dim")
-        else:
-            hidden = whole("hidden_size")
-            if hidden % heads:
-                raise InvalidInput(source, "hidden_size", f"{hidden} does not divide by num_attention_heads {heads}")
-            head_dim = hidden // heads
-        per_layer = 2 * kv_heads * head_dim
-    max_context = cfg.get("max_position_embeddings")
-    if not isinstance(max_context, int) or isinstance(max_context, bool) or max_context <= 0:
-        max_context = 0
-    return Shape(
-        kv_bytes_per_token=layers * per_layer * KV_BYTES_PER_ELEMENT,
-        kv_heads=kv_heads,
-        params=params,
-        max_context=max_context,
-    )
-
-
-def dtype_bytes(config: Mapping[str, Any]) -> int:
+def dtype_bytes(config: Mapping[str, Any], hf_quant: Any = None) -> int:
     """Bytes per weight of unquantised original weights by ``torch_dtype`` (newer configs: ``dtype``); 0
-    when unknown or when the weights are quantised (``quantization_config``)."""
-    if config.get("quantization_config") is not None:
+    when unknown or when the weights are quantised (``quantization_config``, ``hf_quant_config.json``)."""
+    if is_quantised(original_quant(config, hf_quant)):
         return 0
-    text = config.get("text_config")
-    dtype = config.get("torch_dtype") or config.get("dtype")
-    if dtype is None and isinstance(text, Mapping):
-        dtype = text.get("torch_dtype") or text.get("dtype")
-    return _DTYPE_BYTES.get(str(dtype), 0)
+    return _DTYPE_BYTES.get(config_dtype(config), 0)
 
 
-def params_from_index(index: Any, config: Mapping[str, Any]) -> int:
+def params_from_index(index: Any, config: Mapping[str, Any], hf_quant: Any = None) -> int:
     """The parameter count from ``model.safetensors.index.json``'s ``metadata.total_size`` (bytes) and the
     weights' dtype; 0 when either is unknown."""
-    width = dtype_bytes(config)
+    width = dtype_bytes(config, hf_quant)
     meta = index.get("metadata") if isinstance(index, Mapping) else None
     total = meta.get("total_size") if isinstance(meta, Mapping) else None
     if not width or isinstance(total, bool) or not isinstance(total, int | float) or not 0 < total < 1 << 60:
@@ -240,12 +203,45 @@ def params_from_index(index: Any, config: Mapping[str, Any]) -> int:
     return int(total) // width
 
 
-def repository_from_listing(files: Any, config: Any, index: Any = None, *, source: str = "files") -> Repository:
+def _as_loaded(artifacts: list[Artifact], config: Any, hf_quant: Any, params: int) -> tuple[Artifact, ...]:
+    """The original weights named for what they are (``bf16``, ``fp16``, ``fp8``, ``awq-int4``, ...); an
+    fp32 original is loaded by vLLM in 16 bits (dtype ``auto`` turns float32 into float16, bfloat16 since
+    v0.10.1: ``_get_and_verify_dtype``, vllm/config/model.py), so it holds half its files' bytes. A config
+    that names no dtype (GPT-2's) vLLM takes as float32, and newer releases read the safetensors' own
+    dtype: here such an original is fp32 where its files hold more than three bytes a parameter, else
+    bf16."""
+    if not isinstance(config, Mapping):
+        return tuple(artifacts)
+    quant = original_quant(config, hf_quant)
+    out = []
+    for a in artifacts:
+        if a.name == ORIGINAL and a.format != "gguf":
+            this = quant
+            if not config_dtype(config) and not is_quantised(quant) and params and a.bytes > 3 * params:
+                this = "fp32"
+            a = replace(a, quant=this, load_bytes=a.bytes // 2 if this == "fp32" else 0)
+        out.append(a)
+    return tuple(out)
+
+
+def _base_model(adapter: Any) -> str:
+    base = adapter.get("base_model_name_or_path") if isinstance(adapter, Mapping) else None
+    return base[:200] if isinstance(base, str) else ""
+
+
+def repository_from_listing(
+    files: Any, config: Any, index: Any = None, *, hf_quant: Any = None, adapter: Any = None, source: str = "files"
+) -> Repository:
     """A repository from a listing's JSON data, its ``config.json`` data and, where there is one, its
-    ``model.safetensors.index.json`` data (which tells the parameter count)."""
-    artifacts = artifacts_from_listing(parse_listing(files, source), source)
-    params = params_from_index(index, config) if isinstance(config, Mapping) else 0
-    return Repository(tuple(artifacts), shape_from_config(config, params=params))
+    ``model.safetensors.index.json`` data (which tells the parameter count of 16-bit weights), ModelOpt's
+    ``hf_quant_config.json`` data (which tells a quantisation that ``config.json`` does not) and an
+    ``adapter_config.json`` (which names the base model of a repository that is only an adapter)."""
+    if adapter is None and isinstance(config, Mapping) and "peft_type" in config:
+        adapter = config  # an adapter_config.json given as the config
+    artifacts = artifacts_from_listing(parse_listing(files, source), source, base_model=_base_model(adapter))
+    params = params_from_index(index, config, hf_quant) if isinstance(config, Mapping) else 0
+    shape = shape_from_config(config, params=params)
+    return Repository(_as_loaded(artifacts, config, hf_quant, shape.params), shape)
 
 
 def repository_from_folder(folder: str | os.PathLike[str]) -> Repository:
@@ -253,14 +249,15 @@ def repository_from_folder(folder: str | os.PathLike[str]) -> Repository:
 
     Hidden entries (``.cache``, ``.git``) are skipped and links followed, as the Hub's cache keeps a
     snapshot's files as links to its blobs. The parameter count comes from the safetensors headers
-    where the weights are unquantised, else from the index. A folder of GGUF files with no
-    ``config.json`` (as most quantised repositories are) takes its shape and parameter count from the
-    first GGUF file's header.
+    where the weights are unquantised, else from the index, else from the config's shapes. A folder of
+    GGUF files with no ``config.json`` (as most quantised repositories are) takes its shape and parameter
+    count from the first GGUF file's header.
     """
     root = Path(folder)
     if not root.is_dir():
         raise InvalidInput(str(folder), "(folder)", "not a folder")
     config = _read_json(root / "config.json", required=False)
+    hf_quant = _read_json(root / "hf_quant_config.json", required=False)
     listing: list[dict[str, Any]] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -273,23 +270,47 @@ def repository_from_folder(folder: str | os.PathLike[str]) -> Repository:
             except OSError as e:
                 raise InvalidInput(str(full), "(file)", f"cannot be read: {e.strerror}") from e
             listing.append({"path": full.relative_to(root).as_posix(), "size": size})
-    artifacts = artifacts_from_listing(parse_listing(listing, str(root)), str(root))
+    adapter = _read_json(root / "adapter_config.json", required=False) if config is None else None
+    artifacts = artifacts_from_listing(parse_listing(listing, str(root)), str(root), base_model=_base_model(adapter))
+    artifacts = [a for a in artifacts if not _is_projector(root, a, listing)]
     if config is None:
         return Repository(tuple(artifacts), _shape_from_gguf_files(root, artifacts, listing))
     params = 0
-    if isinstance(config, Mapping) and dtype_bytes(config):
+    if isinstance(config, Mapping) and dtype_bytes(config, hf_quant):
         original = [
             root / f["path"] for f in listing if f["path"].lower().endswith(".safetensors") and "/" not in f["path"]
         ]
-        if any(a.name == ORIGINAL for a in artifacts):
+        if any(a.name == ORIGINAL and a.format == "safetensors" for a in artifacts):
             params = sum(
                 safetensors_params(p)
                 for p in original
                 if not p.name.lower().startswith("consolidated") or len(original) == 1
             )
         if not params:
-            params = params_from_index(_read_json(root / "model.safetensors.index.json", required=False), config)
-    return Repository(tuple(artifacts), shape_from_config(config, params=params, source=str(root / "config.json")))
+            index = _read_json(root / "model.safetensors.index.json", required=False)
+            params = params_from_index(index, config, hf_quant)
+    shape = shape_from_config(config, params=params, source=str(root / "config.json"))
+    return Repository(_as_loaded(artifacts, config, hf_quant, shape.params), shape)
+
+
+PROJECTOR_ARCHITECTURES = ("clip", "mmproj")
+"""``general.architecture`` of llama.cpp's multimodal projector files (``clip``, as its clip.cpp writes them)."""
+
+
+def _is_projector(root: Path, a: Artifact, listing: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a GGUF artifact is a projector by its header, whatever its name; a header that cannot be
+    read leaves it an artifact (reading the shape from it says what is wrong)."""
+    if a.format != "gguf":
+        return False
+    first = a.name
+    if a.shards:
+        parts = sorted(f["path"] for f in listing if (m := _GGUF_SPLIT.match(f["path"])) and m["stem"] == a.name)
+        first = parts[0] if parts else a.name
+    try:
+        arch = read_header(root / first, metadata_only=True).metadata.get("general.architecture")
+    except InvalidInput:
+        return False
+    return arch in PROJECTOR_ARCHITECTURES
 
 
 def _shape_from_gguf_files(root: Path, artifacts: Sequence[Artifact], listing: Sequence[Mapping[str, Any]]) -> Shape:

@@ -55,8 +55,8 @@ from worker.config import prefix as default_prefix
 from worker.config import redis_url as default_redis_url
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, HEARTBEAT_INTERVAL_S
 from worker.keys import job_of_hold
+from worker.pool import Held
 from worker.records import Heartbeat, JobRecord, Replica, Reservation, ServeRequest, parse_heartbeat
-from worker.store import Held
 
 log = logs.get_logger("modelplan.agent")
 

@@ -31,6 +31,7 @@ from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
 from worker.errors import RedisUnavailable
 from worker.keys import Keys
+from worker.logs import get_logger
 from worker.records import JobState, parse_heartbeat
 
 T = TypeVar("T")
@@ -73,10 +74,12 @@ def load_repository(args: argparse.Namespace, client: Client | None = None) -> R
     if not (args.files and args.config):
         raise InvalidInput("arguments", "--files/--config", "give both --files and --config, or --repo DIR")
     index = _read_json(args.index, "--index", "index_bytes") if args.index else None
+    quant = _read_json(args.quant_config, "--quant-config", "config_bytes") if args.quant_config else None
     files = _read_json(args.files, "--files", "listing_bytes")
     check_listing(files, args.files)
     check_index(index, args.index or "")
-    return repository_from_listing(files, _read_json(args.config, "--config", "config_bytes"), index, source=args.files)
+    config = _read_json(args.config, "--config", "config_bytes")
+    return repository_from_listing(files, config, index, hf_quant=quant, source=args.files)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -102,7 +105,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from worker.runner import run
 
     configure_logging(args.log_level)
-    run(redis_url(args.redis_url), prefix(args.prefix), burst=args.burst)
+    try:
+        run(redis_url(args.redis_url), prefix(args.prefix), burst=args.burst)
+    except RedisUnavailable as e:
+        # a worker writes JSON lines only, its last words included
+        get_logger("modelplan.worker").error("worker_failed", error=str(e))
+        return 2
+    except Exception:
+        get_logger("modelplan.worker").exception("worker_failed")
+        return 1
     return 0
 
 
@@ -205,10 +216,29 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from producer import metrics
+
+    client = _client(args)
+    if args.port is None:
+        sys.stdout.write(_reading(lambda: metrics.exposition(client)))
+        return 0
+    metrics.serve(client, args.port, args.addr)
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from producer.schema import schema_text
+
+    sys.stdout.write(schema_text(args.name))
+    return 0
+
+
 def _add_repository_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--files", metavar="FILES.json", help='the file listing: a JSON list of {"path", "size"}')
     p.add_argument("--config", metavar="CONFIG.json", help="the model's config.json")
     p.add_argument("--index", metavar="INDEX.json", help="model.safetensors.index.json, for the parameter count")
+    p.add_argument("--quant-config", metavar="HF_QUANT_CONFIG.json", help="ModelOpt's hf_quant_config.json, if any")
     p.add_argument(
         "--repo",
         metavar="DIR|ORG/NAME",
@@ -301,6 +331,15 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", parents=[redis_args], help="the pool and the jobs at a glance")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("metrics", parents=[redis_args], help="Prometheus metrics: one scrape, or served with --port")
+    p.add_argument("--port", type=int, help="serve /metrics on this port until stopped (default: print one scrape)")
+    p.add_argument("--addr", default="0.0.0.0", help="with --port: the address to listen on (default 0.0.0.0)")
+    p.set_defaults(func=cmd_metrics)
+
+    p = sub.add_parser("schema", help="the JSON Schema of a request, record, heartbeat, node record or option")
+    p.add_argument("name", choices=["request", "record", "heartbeat", "node", "option"])
+    p.set_defaults(func=cmd_schema)
     return top
 
 

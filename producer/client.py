@@ -22,7 +22,7 @@ from planner import DEFAULT_CONTEXT, repository_from_folder, repository_from_lis
 from planner.repository import Repository
 from producer.limits import check_index, check_listing
 from worker import constants as C
-from worker import planning, quarantine
+from worker import moves, quarantine
 from worker.config import connect, redact
 from worker.config import prefix as default_prefix
 from worker.config import redis_url as default_url
@@ -30,6 +30,7 @@ from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
 from worker.errors import JobExists, JobNotFound, NotReplicated, RedisForbidden, RedisUnavailable
 from worker.keys import Keys, check_id
+from worker.pool import Held, Snapshot
 from worker.records import (
     Heartbeat,
     JobRecord,
@@ -42,7 +43,7 @@ from worker.records import (
     utcnow,
 )
 from worker.scripts import text
-from worker.store import Held, Snapshot, Store, now_ms
+from worker.store import Store, now_ms
 
 T = TypeVar("T")
 
@@ -66,6 +67,11 @@ def request_from_repository(
                 "kv_heads": repo.shape.kv_heads,
                 "params": repo.shape.params,
                 "max_context": repo.shape.max_context,
+                "heads": repo.shape.heads,
+                "mla": repo.shape.mla,
+                "windows": [list(w) for w in repo.shape.windows],
+                "max_context_source": repo.shape.max_context_source,
+                "vision_params": repo.shape.vision_params,
             },
             "context": context,
             "artifact": artifact,
@@ -216,19 +222,19 @@ class Client:
 
     def release(self, job_id: str) -> JobRecord:
         """Free a placed job's cards (or memory); waiting jobs that can use them are planned at once."""
-        rec = self._call(lambda: planning.release(self.store, job_id))
+        rec = self._call(lambda: moves.release(self.store, job_id))
         self._call(partial(self._replicated, f"release {job_id}"))
         return rec
 
     def scale(self, job_id: str, replicas: int) -> JobRecord:
         """Ask for ``replicas`` replicas: new ones are planned at once, surplus ones freed."""
-        rec = self._call(lambda: planning.scale(self.store, job_id, replicas))
+        rec = self._call(lambda: moves.scale(self.store, job_id, replicas))
         self._call(partial(self._replicated, f"scale {job_id}"))
         return rec
 
     def cancel(self, job_id: str) -> JobRecord:
         """Cancel a job that is queued, being planned, or waiting."""
-        rec = self._call(lambda: planning.cancel(self.store, job_id))
+        rec = self._call(lambda: moves.cancel(self.store, job_id))
         self._call(partial(self._replicated, f"cancel {job_id}"))
         return rec
 

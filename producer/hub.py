@@ -59,6 +59,9 @@ HUB_LOCK_POLL_S = 0.1
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
+QUANT_FILE = "hf_quant_config.json"
+"""ModelOpt's account of a quantised checkpoint whose config.json names no quantization_config."""
+ADAPTER_FILE = "adapter_config.json"
 
 REPO_ID_PATTERN = re.compile(r"(?P<org>[A-Za-z0-9][A-Za-z0-9._-]{0,95})/(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,95})")
 """A Hub repository id: ``org/name``, each letters, digits, ``.``, ``_``, ``-``, starting with a letter or
@@ -264,9 +267,12 @@ class HubEntry(BaseModel):
     listing: tuple[HubFile, ...]
     config: dict[str, Any]
     index: dict[str, Any] | None = None
+    hf_quant: dict[str, Any] | None = None
+    """ModelOpt's ``hf_quant_config.json``, where the repository has one."""
 
     def to_json(self) -> str:
-        return self.model_dump_json()
+        # hf_quant is left out where there is none, so entries read the same as before it was kept
+        return self.model_dump_json(exclude={"hf_quant"} if self.hf_quant is None else None)
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> HubEntry:
@@ -274,7 +280,11 @@ class HubEntry(BaseModel):
 
     def repository(self) -> Repository:
         return repository_from_listing(
-            [f.model_dump() for f in self.listing], self.config, self.index, source=f"{self.repo_id}@{self.revision}"
+            [f.model_dump() for f in self.listing],
+            self.config,
+            self.index,
+            hf_quant=self.hf_quant,
+            source=f"{self.repo_id}@{self.revision}",
         )
 
 
@@ -373,10 +383,16 @@ def _fetch(repo_id: str, revision: str, hub_client: HubClient | None) -> HubEntr
         present = {f.path for f in files}
         config = _read_json(hub, repo_id, revision, listing.commit, CONFIG_FILE) if CONFIG_FILE in present else None
         index = _read_json(hub, repo_id, revision, listing.commit, INDEX_FILE) if INDEX_FILE in present else None
+        quant = _read_json(hub, repo_id, revision, listing.commit, QUANT_FILE) if QUANT_FILE in present else None
+        adapter = None
+        if config is None and ADAPTER_FILE in present:
+            adapter = _read_json(hub, repo_id, revision, listing.commit, ADAPTER_FILE)
     except HubError:
         raise
     except OSError as e:
         raise HubUnavailable(repo_id, revision, _named(e)) from e
+    if adapter is not None:  # an adapter alone: refused naming its base model
+        repository_from_listing([f.model_dump() for f in files], None, adapter=adapter, source=source)
     if config is None:
         raise InvalidInput(
             source,
@@ -386,7 +402,7 @@ def _fetch(repo_id: str, revision: str, hub_client: HubClient | None) -> HubEntr
         )
     # Only the index's metadata (its total size) counts; its weight map can run to megabytes.
     meta = index.get("metadata") if isinstance(index, Mapping) else None
-    repository_from_listing([f.model_dump() for f in files], config, index, source=source)
+    repository_from_listing([f.model_dump() for f in files], config, index, hf_quant=quant, source=source)
     return HubEntry(
         repo_id=repo_id,
         revision=revision,
@@ -395,6 +411,7 @@ def _fetch(repo_id: str, revision: str, hub_client: HubClient | None) -> HubEntr
         listing=tuple(HubFile(path=f.path, size=f.size) for f in files),
         config=dict(config),
         index={"metadata": dict(meta)} if isinstance(meta, Mapping) else None,
+        hf_quant=dict(quant) if isinstance(quant, Mapping) else None,
     )
 
 

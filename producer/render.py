@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from planner import Option
+from worker.pool import Snapshot
 from worker.records import JobRecord
-from worker.store import Snapshot
 
 _HEADERS = ("#", "artifact", "bits", "engine", "where", "need / have GiB", "hosts", "now")
 

@@ -10,6 +10,7 @@ import redis
 import structlog
 
 from tests.redis_server import RedisServer
+from tests.schema_check import check_stored_records
 from worker import quarantine
 
 
@@ -23,12 +24,16 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> Iterator[str]:
-    """A URL to an empty database; emptied again after the test."""
+    """A URL to an empty database; emptied again after the test, once every job and node record in it
+    has been checked against the published JSON Schemas."""
     client = redis.Redis.from_url(redis_server.url)
     client.flushall()
     yield redis_server.url
-    client.flushall()
-    client.close()
+    try:
+        check_stored_records(client)  # what the test left matches the published schemas
+    finally:
+        client.flushall()
+        client.close()
 
 
 @pytest.fixture

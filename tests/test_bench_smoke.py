@@ -22,7 +22,7 @@ FIGURES = (
     "plan_ms_n100_a1",
     "plan_ms_n1000_a30",
     "plan_growth_n100_to_n1000_a30",
-    "snapshot_ms_n1000",
+    "pool_read_after_change_ms_n1000",
     "snapshot_cold_ms_n1000",
     "heartbeats_per_s_batched",
     "heartbeats_per_s_batched_2_clients",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from producer.cli import main
+from producer.cli import load_repository, main, parser
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -146,3 +146,13 @@ def test_the_console_script_runs(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2 and "give both --files and --config, or --repo DIR" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_a_modelopt_quant_config_names_the_originals_quant(tmp_path: Path) -> None:
+    quant = tmp_path / "hf_quant_config.json"
+    quant.write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}}))
+    args = ["plan", "--pool", POOL, *listing("llama-3.1-70b-instruct"), "--quant-config", str(quant)]
+    repo = load_repository(parser().parse_args(args))
+    assert repo.artifacts[-1].quant == "fp8"
+    # the index's total is no 16-bit count then: the parameters come from the config's shapes
+    assert repo.shape.params == 70_553_706_496

@@ -1,4 +1,5 @@
-"""docker-compose.yml: Redis with persistence and a healthcheck, scalable workers, an example agent."""
+"""docker-compose.yml: Redis with persistence and a healthcheck, scalable workers, an example agent, the
+metrics exporter."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def test_workers_scale_and_wait_for_redis() -> None:
 
 def test_every_command_in_it_is_a_modelplan_command() -> None:
     commands = [s["command"] for s in compose()["services"].values() if s["command"][0] == "modelplan"]
-    assert {c[1] for c in commands} == {"worker", "agent"}
+    assert {c[1] for c in commands} == {"worker", "agent", "metrics"}
     for c in commands:
         parser().parse_args(c[1:])  # exits (fails the test) on an unknown command or flag
 
@@ -80,7 +81,7 @@ def lock() -> dict[str, str]:
 def test_every_image_is_pinned_to_a_patch_release() -> None:
     images = {name: s["image"] for name, s in compose()["services"].items()}
     modelplan = [name for name, image in images.items() if image.startswith("modelplan:")]
-    assert set(modelplan) == {"worker", "agent-cpu"}
+    assert set(modelplan) == {"worker", "agent-cpu", "metrics"}
     for name, image in images.items():
         assert PATCH_TAG.match(image), f"{name}: {image}"
     [base] = [line.split()[1] for line in dockerfile() if line.startswith("FROM ")]

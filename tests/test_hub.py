@@ -309,7 +309,8 @@ def test_a_repository_the_planner_cannot_read_is_refused_and_not_cached(r: redis
     with pytest.raises(InvalidInput, match="no weights"):
         resolve(REPO, cache=r, keys=Keys(), hub_client=StubHub(files))
     with pytest.raises(InvalidInput, match="num_hidden_layers"):
-        config = {k: v for k, v in LLAMA["config.json"].items() if k != "num_hidden_layers"}
+        # with a model_type, a missing field takes its config class's default; without one it is refused
+        config = {k: v for k, v in LLAMA["config.json"].items() if k not in ("num_hidden_layers", "model_type")}
         resolve(REPO, cache=r, keys=Keys(), hub_client=StubHub(documents={**LLAMA, "config.json": config}))
     assert r.keys("*") == []
 
@@ -511,3 +512,22 @@ def test_the_real_client_takes_a_listed_index_that_is_gone_as_none(
     fake_hub.data = {k: v for k, v in LLAMA.items() if k != "model.safetensors.index.json"}
     repo = resolve(REPO, cache=r, keys=Keys(), hub_client=HfHubClient(endpoint=fake_hub.url, cache_dir=str(tmp_path)))
     assert repo == repository_from_listing(LLAMA["files"], LLAMA["config.json"])
+
+
+def test_an_adapter_repository_is_refused_naming_its_base_model(r: redis.Redis) -> None:
+    files = [{"path": "adapter_config.json", "size": 700}, {"path": "adapter_model.safetensors", "size": 9_000_000}]
+    adapter = {"base_model_name_or_path": "meta-llama/Llama-3.2-3B", "peft_type": "LORA"}
+    hub = StubHub(files, {"adapter_config.json": adapter})
+    with pytest.raises(InvalidInput, match=r"an adapter, not a model: serve its base model 'meta-llama/Llama-3.2-3B'"):
+        resolve("someone/llama-lora", cache=r, keys=Keys(), hub_client=hub)
+    assert r.keys("*") == []
+
+
+def test_a_modelopt_quant_config_is_read_and_cached(r: redis.Redis) -> None:
+    quant = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}}
+    files = [*LLAMA["files"], {"path": "hf_quant_config.json", "size": 200}]
+    hub = StubHub(files, {**LLAMA, "hf_quant_config.json": quant})
+    repo = resolve(REPO, cache=r, keys=Keys(), hub_client=hub)
+    assert repo.artifacts[-1].quant == "fp8"
+    cached = resolve(REPO, cache=r, keys=Keys(), hub_client=StubHub(fail_listing=OSError("down")))
+    assert cached == repo

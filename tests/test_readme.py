@@ -69,3 +69,51 @@ def test_the_stream_example_follows_every_change(redis_url: str) -> None:
         proc.communicate()
         r.close()
     assert [line[:3] for line in got] == [[i, f"j{n}", "placed"] for n, i in enumerate(sent)]
+
+
+def test_the_redis_cli_block_drives_a_job_to_released(redis_url: str, tmp_path: Path) -> None:
+    """The "any language" block, line by line as a person would type it, against a running worker: each
+    line once the one before has had its effect."""
+    import json
+    import shutil
+
+    import pytest
+
+    from producer import Client
+    from tests.worker.helpers import hb
+    from tests.worker.processes import WorkerProcess
+
+    if shutil.which("redis-cli") is None:
+        pytest.skip("redis-cli is not installed")
+    block = block_after("### From another service (any language)", "sh").replace(DEFAULT_URL, redis_url)
+    lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("gpu-a", gpus=2))
+    worker = WorkerProcess(redis_url, tmp_path, "w")
+
+    def record() -> dict[str, object]:
+        raw = client.redis.get("modelplan:job:svc-b-7")
+        return json.loads(raw) if raw else {}
+
+    def wait(check: object, what: str) -> None:
+        deadline = time.monotonic() + 20
+        while not check():  # type: ignore[operator]
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.05)
+
+    try:
+        prelude = lines[0]
+        for line in lines[1:]:
+            out = subprocess.run(["bash", "-c", f"{prelude}\n{line}"], cwd=ROOT, capture_output=True, text=True)
+            assert out.returncode == 0 and "ERR" not in out.stdout, (line, out.stdout, out.stderr)
+            if "XREAD" in line:
+                assert "queued" in out.stdout.split()
+                wait(lambda: record().get("state") == "placed", "placed")
+            elif "scale" in line:
+                wait(lambda: record().get("wanted") == 2, "scaled")
+            elif "release" in line:
+                wait(lambda: record().get("state") == "released", "released")
+    finally:
+        worker.stop()
+        client.redis.close()
+    assert record()["state"] == "released"

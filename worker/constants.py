@@ -72,3 +72,43 @@ WATCH_BLOCK_MS = 1_000
 NOMINATION_S = 300
 """How long cards held for the waiting job at the head of a class may sit idle: each card that frees into
 the hold starts the time again; past it with none, the hold is let go for others."""
+
+POOL_CHANGES_MAXLEN = 200_000
+"""Changes kept on ``pool:changes``: ten seconds of 20,000 heartbeats a second. A worker further behind
+than this reads the whole pool again."""
+MIRROR_BATCH = 20_000
+"""The most changes a worker takes from ``pool:changes`` in one read; more waiting means it is far behind,
+and reads the whole pool instead."""
+
+REQUEST_GROUP = "workers"
+"""The consumer group every worker reads the request stream in: each entry goes to one worker."""
+
+REQUEST_CLAIM_IDLE_MS = 10_000
+"""An entry a worker took and has not acknowledged for this long is taken over by another: carrying one
+out takes milliseconds, so its worker died (as ``LEASE_MS`` for a planning job)."""
+
+REQUEST_MAX_DELIVERIES = 3
+"""An entry handed out this many times without an answer (each worker that took it died) is answered as
+refused and acknowledged, rather than killing the next worker too."""
+
+REQUEST_MAX_BYTES = 1 << 20
+"""The largest entry a worker carries out: a request with the most artifacts allowed is well under this."""
+
+REQUEST_BLOCK_MS = 1_000
+"""How long one read of the request stream blocks; under the socket timeout, so a quiet stream is not
+taken for a dead connection."""
+
+REQUEST_BATCH = 16
+"""Entries one read takes."""
+
+REPLY_MAXLEN = 1_000
+"""Approximate length a reply stream is trimmed to."""
+
+REPLY_TTL_S = 24 * 3600
+"""How long a reply stream lives after its last answer: a sender that went away leaves nothing for long."""
+
+OUTAGE_RETRY_S = 1.0
+"""How long the request reader waits before trying Redis again after a failed read."""
+
+RQ_RESTART_S = 2.0
+"""How long a worker waits before starting RQ's loop again after it quit on an error (Redis away)."""

@@ -5,10 +5,12 @@ Arguments are plain JSON (the queue runs with RQ's JSON serializer): the key pre
 
 from __future__ import annotations
 
+import time
+
 import structlog
 from rq import get_current_job
 
-from worker import planning
+from worker import metrics, moves, planning, waking
 from worker.keys import Keys
 from worker.store import Store
 
@@ -33,7 +35,9 @@ def plan_job(prefix: str, job_id: str) -> str | None:
     """Plan one queued serve job."""
     store, worker = _store(prefix)
     with structlog.contextvars.bound_contextvars(job_id=job_id, worker=worker):
+        started = time.perf_counter()
         rec = planning.plan_queued(store, job_id, worker)
+        metrics.observe("plan_seconds", time.perf_counter() - started)
     return rec.state.value if rec else None
 
 
@@ -41,11 +45,11 @@ def wake_pass(prefix: str, full: bool = False) -> int:
     """Re-plan waiting jobs after capacity freed (or all of them, ``full``)."""
     store, worker = _store(prefix)
     with structlog.contextvars.bound_contextvars(worker=worker):
-        return planning.wake_pass(store, full)
+        return waking.wake_pass(store, full)
 
 
 def node_restarted(prefix: str, node_id: str, boot_id: str) -> int:
     """A node came back with a new boot: what was placed on it before is gone; plan those jobs again."""
     store, worker = _store(prefix)
     with structlog.contextvars.bound_contextvars(node_id=node_id, worker=worker):
-        return planning.node_restarted(store, node_id, boot_id)
+        return moves.node_restarted(store, node_id, boot_id)

@@ -28,6 +28,12 @@ key (after the prefix)                  type    TTL                   written by
 ``pending:for``                         hash    none                  transition.lua: pending job id ->
                                                                       the classes (comma-joined) whose
                                                                       freed capacity wakes it
+``pool:changes``                        stream  MAXLEN                heartbeat.lua, transition.lua,
+                                        POOL_CHANGES_MAXLEN   quarantine_job.lua, the sweep: each
+                                                              change to the pool (a node's
+                                                              heartbeat with its TTL, a hold written
+                                                              or cleared, a node dropped), for the
+                                                              workers' mirrors
 ``seq``                                 string  none                  submit: arrival counter
 ``epoch``                               string  none                  heartbeat.lua, transition.lua:
                                                                       bumped whenever capacity frees
@@ -46,6 +52,15 @@ key (after the prefix)                  type    TTL                   written by
                                                                       record that does not parse ->
                                                                       JSON ``{"digest", "what",
                                                                       "action", "at"}``
+``requests``                            stream  entries deleted once  any client: operations (submit,
+                                                answered              release, cancel, scale) as JSON
+                                                                      fields; workers read it as the
+                                                                      consumer group ``workers``
+``reply:{name}``                        stream  REPLY_TTL_S, MAXLEN   worker.requests: the answer to each
+                                                REPLY_MAXLEN          entry that named ``reply_to``
+``stats``                               hash    none                  worker.metrics: counters and
+                                                                      histogram buckets of plan and commit
+                                                                      times, conflicts, wake-up latency
 ``rq:queue:{prefix}``                   list    RQ's                  RQ: the planning queue (job ids)
 ``rq:job:{rq_job_id}``                  hash    RQ's                  RQ: one planning job
 ``rq:queues``                           set     none                  RQ: the queues under this prefix
@@ -190,6 +205,10 @@ class Keys:
         return f"{self._p}pending:for"
 
     @property
+    def pool_changes(self) -> str:
+        return f"{self._p}pool:changes"
+
+    @property
     def seq(self) -> str:
         return f"{self._p}seq"
 
@@ -208,6 +227,20 @@ class Keys:
     @property
     def ack(self) -> str:
         return f"{self._p}ack"
+
+    @property
+    def requests(self) -> str:
+        """The request stream: operations any client appends, carried out by the workers."""
+        return f"{self._p}requests"
+
+    def reply(self, name: str) -> str:
+        """A reply stream a request entry names (``reply_to``): the sender's own, under the prefix."""
+        return f"{self._p}reply:{check_id(name, 'reply_to')}"
+
+    @property
+    def stats(self) -> str:
+        """Counters and histogram buckets the workers add to, which the metrics exporter reads."""
+        return f"{self._p}stats"
 
     def lock(self, name: str) -> str:
         return f"{self._p}lock:{check_id(name, 'lock')}"

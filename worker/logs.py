@@ -39,3 +39,26 @@ class Logger:
 
 def get_logger(name: str) -> Any:
     return Logger(name)
+
+
+class StructlogHandler(logging.Handler):
+    """Hands a standard-library record (RQ's, say) to structlog, so that it is written as modelplan's own
+    lines are: one JSON object, its text under ``message``, a traceback folded into ``exception``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields: dict[str, Any] = {"logger": record.name, "message": record.getMessage()}
+            if record.exc_info:
+                fields["exc_info"] = record.exc_info
+            structlog.get_logger(record.name).log(record.levelno, "library_log", **fields)
+        except Exception:
+            self.handleError(record)
+
+
+def route_to_structlog(name: str) -> None:
+    """Send the ``name`` logger's records (and its children's) through structlog, and nowhere else. RQ adds
+    its own plain-text handlers only to a logger with none above it, so one here keeps them off."""
+    logger = logging.getLogger(name)
+    if not any(isinstance(h, StructlogHandler) for h in logger.handlers):
+        logger.addHandler(StructlogHandler())
+    logger.propagate = False

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from worker import constants as C
-from worker import logs, planning, quarantine
+from worker import logs, moves, planning, quarantine
 from worker.errors import BadRecord
 from worker.keys import planning_job_id
 from worker.records import JobRecord, JobState, utcnow
@@ -35,12 +35,12 @@ def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
         if rec is None:
             continue
         who = rec.worker
-        if planning.requeue(store, job_id, f"worker {who} stopped mid-plan (its lease expired)", expired):
+        if moves.requeue(store, job_id, f"worker {who} stopped mid-plan (its lease expired)", expired):
             done["lease_expired"] += 1
 
     for node_id in store.silent_nodes():
         done["node_silent"] += 1
-        planning.node_silent(store, node_id)
+        moves.node_silent(store, node_id)
 
     old_raw = r.zrangebyscore(k.jobs(JobState.QUEUED), "-inf", now - C.QUEUED_LOST_MS)
     old = store.valid_ids(old_raw, k.jobs(JobState.QUEUED), "a job id", "skipped")

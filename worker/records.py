@@ -140,10 +140,19 @@ class ServeRequest(BaseModel):
         for a in self.artifacts:
             if not 0 < a.bytes <= 1 << 50 or not 0 <= a.shards <= 10_000 or not a.name or len(a.name) > 1024:
                 raise ValueError(f"artifacts: {a.name[:80]!r} has impossible bytes or shards")
+            if not 0 <= a.load_bytes <= a.bytes:
+                raise ValueError(f"artifacts: {a.name[:80]!r} has load_bytes past its bytes")
             if not a.name.isprintable():
                 raise ValueError(f"artifacts: the name {a.name[:80]!r} holds control characters")
         s = self.shape
         if not (0 <= s.kv_bytes_per_token <= 1 << 32 and 0 <= s.kv_heads <= 1 << 24 and 0 <= s.params <= 1 << 50):
+            raise ValueError("shape: a field is out of range")
+        windows_ok = len(s.windows) <= 8 and all(
+            0 < w <= 1 << 24 and 0 <= b <= s.kv_bytes_per_token for w, b in s.windows
+        )
+        if not (0 <= s.heads <= 1 << 24 and windows_ok and len(s.max_context_source) <= 200):
+            raise ValueError("shape: a field is out of range")
+        if not 0 <= s.vision_params <= s.params:
             raise ValueError("shape: a field is out of range")
         if self.artifact is not None and self.artifact not in names:
             shown = ", ".join(repr(n[:80]) for n in names[:5]) + (

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -16,12 +18,13 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from worker import constants as C
-from worker import logs
+from worker import logs, metrics, requests
 from worker.config import connect, redact
 from worker.errors import RedisUnavailable, Refused
 from worker.keys import Keys
 from worker.maintenance import sweep
 from worker.queueing import PlanningJob, vet
+from worker.requests import Consumer
 from worker.store import Store
 
 log = logs.get_logger("modelplan.worker")
@@ -86,41 +89,77 @@ def worker_name() -> str:
 
 def _maintain(url: str, keys: Keys, stop: threading.Event) -> None:
     store = Store(connect(url), keys)
+    down = False
     while not stop.wait(C.MAINTENANCE_INTERVAL_S):
         try:
             sweep(store)
-        except Exception:  # a sweep that fails (Redis away) is tried again next interval
+            metrics.flush(store.redis, keys)
+            if down:
+                log.info("maintenance_resumed")
+                down = False
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            # Redis away: said once, as one line, not a traceback every interval until it is back
+            if not down:
+                log.warning("maintenance_failed", error=str(e)[:200], redis_unavailable=True)
+                down = True
+        except Exception:  # a sweep that fails otherwise is tried again next interval
             log.exception("maintenance_failed")
 
 
 def run(url: str, prefix: str, *, burst: bool = False) -> None:
     """Work the queue. ``burst``: sweep once, drain the queue and return, as ``rq worker --burst``."""
     keys = Keys(prefix)
+    logs.route_to_structlog("rq")  # RQ's own lines are JSON lines too
     conn = connect(url)
     store = Store(conn, keys)
     name = worker_name()
-    log.info(
-        "worker_started",
-        worker=name,
-        redis=redact(url),
-        queue=store.queue.key,
-        rq_bookkeeping=f"{RQ_KEY_PREFIX}:*",
-        burst=burst,
-    )
     stop = threading.Event()
     try:
         conn.ping()
     except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as e:
         raise RedisUnavailable(redact(url), e) from e
+    log.info(
+        "worker_started",
+        worker=name,
+        redis=redact(url),
+        queue=store.queue.key,
+        requests=keys.requests,
+        rq_bookkeeping=f"{RQ_KEY_PREFIX}:*",
+        burst=burst,
+    )
     if burst:
         sweep(store, force=True)
+        Consumer(store, name).drain()
     else:
         threading.Thread(target=_maintain, args=(url, keys, stop), name="maintenance", daemon=True).start()
+        threading.Thread(target=requests.serve, args=(url, keys, name, stop), name="requests", daemon=True).start()
     # SimpleWorker runs jobs in this process: a plan takes milliseconds, and forking for each costs ~4x the
     # throughput. A crash mid-job is covered by the planning lease, not by RQ.
-    w = planning_worker(store, name=name)
     try:
-        w.work(burst=burst, logging_level="WARNING")
+        _work(store, name, burst)
     finally:
         stop.set()
+        # stopping while Redis is away: the last interval's figures go with the process
+        with contextlib.suppress(redis.RedisError):
+            metrics.flush(store.redis, keys)
         log.info("worker_stopped", worker=name)
+
+
+def _work(store: Store, name: str, burst: bool) -> None:
+    """RQ's loop, started again when it gives up on its own: RQ quits on an error it does not handle, such
+    as the master going away while it records a job's end in a failover, and a worker is to carry on by
+    itself once Redis is back. It stops for good on a signal, or in burst mode."""
+    while True:
+        w = planning_worker(store, name=name)
+        try:
+            w.work(burst=burst, logging_level="WARNING")
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            if burst:
+                raise
+            log.warning("rq_loop_failed", worker=name, error=str(e)[:200])
+        if burst or getattr(w, "_shutdown_requested_date", None) is not None:
+            return
+        # RQ may not have recorded its own end: its registration would refuse the same name again
+        name = worker_name()
+        log.warning("rq_loop_restarting", worker=name, after_s=C.RQ_RESTART_S)
+        time.sleep(C.RQ_RESTART_S)

@@ -6,7 +6,6 @@ workers can never both move one job, and a placement is written only if every no
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -14,11 +13,11 @@ from typing import Any
 
 import redis
 
-from planner import PoolNode
 from worker import constants as C
-from worker import quarantine
+from worker import poolread, quarantine
 from worker.errors import BadRecord
-from worker.keys import CPU_CLASS, HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold, planning_job_id
+from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold, planning_job_id
+from worker.pool import UNREADABLE, Held, HoldSpec, Mirror, Snapshot, parse_cache
 from worker.queueing import planning_queue
 from worker.records import JobRecord, JobState, NodeRecord, read_record
 from worker.scripts import script, text
@@ -26,240 +25,6 @@ from worker.scripts import script, text
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """One hold on one node, as stored in ``held:{node}``."""
-
-    gpus: int
-    host_gb: float
-    boot_id: str
-    nominated: bool = False
-    unreadable: str = ""
-    """Why the stored hold could not be read, if it could not: it then counts as holding every card and
-    all host memory of its node (``UNREADABLE``), since which it held is unknown."""
-
-    @staticmethod
-    def parse(value: bytes | str) -> Held:
-        """A stored hold; ``UNREADABLE`` (with the reason) for one that does not parse."""
-        try:
-            d = json.loads(value)
-            gpus, host_gb = d["gpus"], d["host_gb"]
-            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (gpus, host_gb)):
-                raise ValueError("gpus and host_gb must be numbers")
-            if not (0 <= gpus <= UNREADABLE.gpus and 0 <= host_gb <= UNREADABLE.host_gb):
-                raise ValueError("gpus or host_gb out of range")
-            return Held(int(gpus), float(host_gb), str(d.get("boot_id", "")), bool(d.get("nominated", False)))
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
-            why = str(e) if isinstance(e, ValueError) and not isinstance(e, json.JSONDecodeError) else "not JSON"
-            return replace(UNREADABLE, unreadable=f"hold does not parse ({why[:80]})")
-
-
-UNREADABLE = Held(gpus=1 << 20, host_gb=float(1 << 40), boot_id="", unreadable="hold does not parse")
-"""A hold that cannot be read: more cards and memory than any node has, so none of its node counts free."""
-
-
-@dataclass(frozen=True, slots=True)
-class HoldSpec:
-    """A hold to write: on ``node_id``, named ``hold_id``."""
-
-    node_id: str
-    hold_id: str
-    gpus: int = 0
-    host_gb: float = 0.0
-    nominated: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedNode:
-    """A node's stored heartbeat, validated once, with what plans read of it."""
-
-    record: NodeRecord
-    reported: PoolNode
-    """The node as its agent reports it, before any hold is counted."""
-    started: frozenset[str]
-
-    @staticmethod
-    def of(record: NodeRecord) -> ParsedNode:
-        return ParsedNode(record, record.to_pool_node(), frozenset(record.started))
-
-
-class ParseCache:
-    """Parsed values by the raw bytes they were parsed from, kept by a process across snapshots.
-
-    A worker reads every node's heartbeat for every plan, but a node's stored bytes change only when it
-    publishes (every 5 s), so nearly every read is of bytes already validated: the same bytes parse to the
-    same value, so the cached one is exact. Kept to about the size of the latest reads, so a pool that
-    shrinks does not keep what it lost."""
-
-    def __init__(self) -> None:
-        self.nodes: dict[bytes, ParsedNode] = {}
-        self.bad_nodes: dict[bytes, BadRecord] = {}
-        self.holds: dict[bytes, Held] = {}
-        self.node_keys: dict[str, dict[str, str]] = {}
-        """``Keys.node`` of each node id, by prefix: the key checks its id, and a pool is read often."""
-
-    def node_keys_of(self, keys: Keys, ids: Sequence[str]) -> list[str]:
-        known = self.node_keys.setdefault(keys.prefix, {})
-        if len(known) > 2 * len(ids) + PARSE_CACHE_SLACK:
-            known.clear()
-        out = []
-        for i in ids:
-            key = known.get(i)
-            if key is None:
-                key = known[i] = keys.node(i)
-            out.append(key)
-        return out
-
-    def node(self, raw: bytes, key: str) -> ParsedNode:
-        """The node a stored heartbeat holds; ``BadRecord`` for one that does not parse (remembered, so
-        that it is not parsed again while its bytes stay the same)."""
-        got = self.nodes.get(raw)
-        if got is None:
-            bad = self.bad_nodes.get(raw)
-            if bad is not None:
-                raise BadRecord(key, bad.what, raw, newer=bad.newer)
-            try:
-                got = self.nodes[raw] = ParsedNode.of(read_record(NodeRecord, raw, key))
-            except BadRecord as e:
-                self.bad_nodes[raw] = e
-                raise
-        return got
-
-    def hold(self, raw: bytes) -> Held:
-        got = self.holds.get(raw)
-        if got is None:
-            got = self.holds[raw] = Held.parse(raw)
-        return got
-
-    def trim(self, node_raws: Sequence[bytes | None]) -> None:
-        """Drop what the latest read no longer holds once the cache has grown well past it."""
-        live = len(node_raws)
-        if len(self.nodes) > 2 * live + PARSE_CACHE_SLACK:
-            self.nodes = {raw: self.nodes[raw] for raw in node_raws if raw is not None and raw in self.nodes}
-        if len(self.holds) > PARSE_CACHE_SLACK:
-            self.holds = {}
-        if len(self.bad_nodes) > PARSE_CACHE_SLACK:
-            self.bad_nodes = {}
-
-
-PARSE_CACHE_SLACK = 10_000
-"""Entries a parse cache may hold past twice the pool before it is trimmed: hold values repeat (the same
-cards, boot and flags), so their cache stays small and is simply dropped past this."""
-
-_cache = ParseCache()
-
-
-class Snapshot:
-    """The pool as plans see it: each live node, and what is free on it.
-
-    Free is what the agent reports less what placed jobs hold there that the agent does not show yet
-    (holds not in its ``started``), and less the cards nominated for a waiting job: a card is never
-    counted free twice, and a card taken by something outside modelplan stays taken. A job sees its own
-    nomination as free for it (``nodes_for``).
-
-    A plan reads the pool once per attempt and a worker plans hundreds of times a second, so what does not
-    change between plans is worked out once: a node with nothing held on it is the node as reported, and
-    the nodes as anyone sees them are kept, to be adjusted only where a job's own nomination lies and
-    where a commit (``apply``) changes what is held.
-    """
-
-    __slots__ = ("_index", "_nominated", "_plain", "_reported", "_started", "epoch", "held", "records")
-
-    def __init__(
-        self,
-        epoch: str,
-        records: dict[str, NodeRecord],
-        held: dict[str, dict[str, Held]],
-        parsed: dict[str, ParsedNode] | None = None,
-    ) -> None:
-        self.epoch = epoch
-        self.records = records
-        self.held = held
-        if parsed is None:
-            parsed = {node_id: ParsedNode.of(r) for node_id, r in records.items()}
-        self._reported = {node_id: p.reported for node_id, p in parsed.items()}
-        self._started = {node_id: p.started for node_id, p in parsed.items()}
-        self._index = {node_id: i for i, node_id in enumerate(records)}
-        self._plain: list[PoolNode] | None = None
-        self._nominated: dict[str, list[tuple[str, str, int]]] | None = None
-
-    @property
-    def nodes(self) -> list[PoolNode]:
-        """The nodes as any plan sees them (no job's nomination counted as free)."""
-        return self.nodes_for(None)
-
-    def nodes_for(self, job_id: str | None) -> list[PoolNode]:
-        """The nodes as a plan for ``job_id`` sees them (its own nomination counted as free)."""
-        out = list(self._plain_nodes())
-        for node_id in {node_id for node_id, _, _ in self._nominations().get(job_id or "", [])}:
-            i = self._index.get(node_id)
-            if i is not None:
-                out[i] = self._pool_node(node_id, job_id)
-        return out
-
-    def held_for_others(self, job_id: str) -> dict[str, int]:
-        """Cards nominated on each node for jobs other than ``job_id``."""
-        out: dict[str, int] = {}
-        for holds in self._nominations().values():
-            for node_id, job, gpus in holds:
-                if job != job_id:
-                    out[node_id] = out.get(node_id, 0) + gpus
-        return {node_id: out[node_id] for node_id in self.held if out.get(node_id)}
-
-    def _nominations(self) -> dict[str, list[tuple[str, str, int]]]:
-        """Each job's nominated holds: ``(node, job, cards)``."""
-        if self._nominated is None:
-            by: dict[str, list[tuple[str, str, int]]] = {}
-            for node_id, holds in self.held.items():
-                for hid, h in holds.items():
-                    if h.nominated:
-                        job = job_of_hold(hid)
-                        by.setdefault(job, []).append((node_id, job, h.gpus))
-            self._nominated = by
-        return self._nominated
-
-    def _plain_nodes(self) -> list[PoolNode]:
-        if self._plain is None:
-            held = self.held
-            self._plain = [
-                self._pool_node(node_id, None) if held.get(node_id) else node
-                for node_id, node in self._reported.items()
-            ]
-        return self._plain
-
-    def _pool_node(self, node_id: str, job_id: str | None) -> PoolNode:
-        node = self._reported[node_id]
-        started = self._started[node_id]
-        unseen = [
-            h
-            for hid, h in self.held.get(node_id, {}).items()
-            if hid not in started and not (h.nominated and job_of_hold(hid) == job_id)
-        ]
-        if not unseen:
-            return node
-        free = max(0, node.free_gpus - sum(h.gpus for h in unseen))
-        host_free = max(0, int(node.host_free_gb - sum(h.host_gb for h in unseen)))
-        return replace(node, free_gpus=free, host_free_gb=host_free)
-
-    def apply(self, written: Sequence[HoldSpec], cleared: Sequence[tuple[str, str, str]]) -> None:
-        """Count a commit just made, so that the next plan against this snapshot sees it."""
-        touched: set[str] = set()
-        for node_id, hid, _ in cleared:
-            self.held.get(node_id, {}).pop(hid, None)
-            touched.add(node_id)
-        for h in written:
-            rec = self.records.get(h.node_id)
-            boot = rec.boot_id if rec else ""
-            self.held.setdefault(h.node_id, {})[h.hold_id] = Held(h.gpus, h.host_gb, boot, h.nominated)
-            touched.add(h.node_id)
-        self._nominated = None
-        if self._plain is not None:
-            for node_id in touched:
-                i = self._index.get(node_id)
-                if i is not None:
-                    self._plain[i] = self._pool_node(node_id, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +48,7 @@ class Store:
         self.redis = client
         self.keys = keys or Keys()
         self.queue = planning_queue(client, self.keys)
-        self._recent: tuple[float, Snapshot] | None = None
+        self._mirror: Mirror | None = None
 
     # --- nodes ------------------------------------------------------------------------------------------
 
@@ -311,7 +76,15 @@ class Store:
 
     def _heartbeat_call(self, record: NodeRecord, at_ms: int) -> tuple[list[str], list[Any]]:
         k = self.keys
-        keys = [k.node(record.node_id), k.nodes, k.epoch, k.wake, k.wake_classes, k.held(record.node_id)]
+        keys = [
+            k.node(record.node_id),
+            k.nodes,
+            k.epoch,
+            k.wake,
+            k.wake_classes,
+            k.held(record.node_id),
+            k.pool_changes,
+        ]
         args: list[Any] = [
             record.node_id,
             record.model_dump_json(),
@@ -323,6 +96,7 @@ class Store:
             record.free_gpus,
             record.host_free_gb,
             at_ms,
+            C.POOL_CHANGES_MAXLEN,
         ]
         return keys, args
 
@@ -337,49 +111,27 @@ class Store:
         if raw is None:
             return None
         try:
-            return _cache.node(raw.encode() if isinstance(raw, str) else raw, key).record.boot_id
+            return parse_cache.node(raw.encode() if isinstance(raw, str) else raw, key).record.boot_id
         except BadRecord as e:
             self.report_bad(e, "left out of the pool")
             return None
 
     def recent_snapshot(self, max_age_s: float) -> Snapshot:
-        """The last snapshot this store took, if younger than ``max_age_s`` (with this process's own
-        commits applied to it since), else a fresh one."""
-        now = time.monotonic()
-        if self._recent is None or now - self._recent[0] > max_age_s:
-            self._recent = (now, self.snapshot())
-        return self._recent[1]
+        """The pool as this store last read it, if that was less than ``max_age_s`` ago (with this
+        process's own commits applied since), else as it is now."""
+        if self._mirror is None or time.monotonic() - self._mirror.read_at > max_age_s:
+            return self.snapshot()
+        return self._mirror.pool
 
     def snapshot(self) -> Snapshot:
-        """The live nodes and their reservations, in two round trips. Each heartbeat and hold is
-        validated the first time its stored bytes are seen, and taken from the process's cache after."""
-        k = self.keys
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.zrange(k.nodes, 0, -1)
-            pipe.get(k.epoch)
-            pipe.smembers(k.held_nodes)
-            ids_raw, epoch, held_nodes = pipe.execute()
-        cache = _cache
-        ids = self.valid_ids(ids_raw, k.nodes, "a node id", "left out of the pool")
-        held_ids = sorted(self.valid_ids(held_nodes, k.held_nodes, "a node id", "skipped"))
-        with self.redis.pipeline(transaction=False) as pipe:
-            if ids:
-                pipe.mget(cache.node_keys_of(k, ids))
-            for n in held_ids:
-                pipe.hgetall(k.held(n))
-            replies = pipe.execute()
-        raws = replies.pop(0) if ids else []
-        parsed: dict[str, ParsedNode] = {}
-        for i, raw in zip(ids, raws, strict=True):
-            if raw:
-                try:
-                    parsed[i] = cache.node(raw, k.node(i))
-                except BadRecord as e:
-                    self.report_bad(e, "left out of the pool")
-        held = {n: self._holds(n, h) for n, h in zip(held_ids, replies, strict=True)}
-        cache.trim(raws)
-        records = {i: p.record for i, p in parsed.items()}
-        return Snapshot(text(epoch) if epoch is not None else "0", records, held, parsed)
+        """The pool as it is now: this store's mirror of it, brought up to date from ``pool:changes`` in one
+        round trip; the whole pool read afresh the first time, and whenever the mirror cannot catch up
+        (the stream trimmed past it, or lost with a Redis restart). A commit re-checks every node's room
+        in Lua, so a mirror a moment behind can make a commit fail and re-plan, never double-book."""
+        if self._mirror is None or not poolread.catch_up(self, self._mirror):
+            self._mirror = poolread.full_read(self)
+        self._mirror.read_at = time.monotonic()
+        return self._mirror.pool
 
     def silent_nodes(self) -> list[str]:
         """Nodes in the index whose heartbeat has lapsed."""
@@ -402,20 +154,26 @@ class Store:
                     return False
                 pipe.multi()
                 pipe.zrem(self.keys.nodes, node_id)
+                pipe.xadd(self.keys.pool_changes, {"n": node_id, "gone": "1"}, maxlen=C.POOL_CHANGES_MAXLEN)
                 pipe.execute()
             except redis.WatchError:
                 return False
         return True
 
-    def held_on(self, node_id: str) -> dict[str, Held]:
-        return self._holds(node_id, self.redis.hgetall(self.keys.held(node_id)))
+    def reread_node(self, node_id: str) -> None:
+        """Read one node afresh into the mirror: a commit found the mirror wrong about it."""
+        if self._mirror is not None:
+            poolread.reread_node(self, self._mirror, node_id)
 
-    def _holds(self, node_id: str, raw: dict[Any, Any]) -> dict[str, Held]:
+    def held_on(self, node_id: str) -> dict[str, Held]:
+        return self.holds_of(node_id, self.redis.hgetall(self.keys.held(node_id)))
+
+    def holds_of(self, node_id: str, raw: dict[Any, Any]) -> dict[str, Held]:
         """A node's holds by id. One that does not parse, or whose id is not a hold id, is reported and
         kept as ``UNREADABLE``: none of the node's cards count as free while it is there."""
         out: dict[str, Held] = {}
         for field, value in raw.items():
-            hid, held = text(field), _cache.hold(value)
+            hid, held = text(field), parse_cache.hold(value)
             if not HOLD_PATTERN.fullmatch(hid):
                 held = replace(UNREADABLE, unreadable="not a hold id")
             if held.unreadable:
@@ -453,7 +211,7 @@ class Store:
         states = [s for s in JobState if s is not JobState.FAILED]
         keys = [k.job(job_id), k.job_events(job_id), k.events, k.jobs(JobState.FAILED)]
         keys += [k.jobs(s) for s in states]
-        keys += [k.pending, k.pending_for, k.epoch, k.wake, k.wake_classes, k.held_nodes, k.quarantine]
+        keys += [k.pending, k.pending_for, k.epoch, k.wake, k.wake_classes, k.held_nodes, k.quarantine, k.pool_changes]
         keys += [k.held(n) for n, _ in holds]
         reason = f"its record does not parse ({bad.what}); marked failed, the record kept as it was"
         args: list[Any] = [
@@ -467,6 +225,7 @@ class Store:
             quarantine.entry(bad, "marked failed"),
             C.WAKE_FLAG_TTL_MS,
             len(holds),
+            C.POOL_CHANGES_MAXLEN,
         ]
         for n, hid in holds:
             args += [n, hid]
@@ -539,6 +298,7 @@ class Store:
             k.wake,
             k.wake_classes,
             k.held_nodes,
+            k.pool_changes,
         ]
         args: list[Any] = [
             new.job_id,
@@ -556,6 +316,7 @@ class Store:
             reason,
             len(place),
             len(clear),
+            C.POOL_CHANGES_MAXLEN,
         ]
         for h in place:
             keys += [k.node(h.node_id), k.held(h.node_id)]
@@ -607,20 +368,6 @@ class Store:
             failure_ttl=C.RQ_FAILURE_TTL_S,
             at_front=True,
         )
-
-
-def class_of(rec: JobRecord) -> str:
-    """The class a job's holds free, and what a pending job waits for: its best option's card class, or
-    ``cpu``; ``any`` when it has no option now (woken by any class)."""
-    if rec.option is None:
-        return "any"
-    return CPU_CLASS if rec.option.cpu else rec.option.gpu_class
-
-
-def clear_all(rec: JobRecord) -> list[tuple[str, str, str]]:
-    """Every hold of a job, as ``transition``'s ``clear`` list."""
-    cls = class_of(rec)
-    return [(r.node_id, r.hold_id, cls) for r in rec.holds]
 
 
 def _heartbeat_reply(reply: Any) -> tuple[bool, bool, bool]:

@@ -83,3 +83,12 @@ def test_a_header_without_the_shape_names_the_key(tmp_path: Path) -> None:
     write_gguf(tmp_path / "m-Q4_K_M.gguf", {"general.architecture": "llama"}, [])
     with pytest.raises(InvalidInput, match=r"llama.block_count: must be a whole number"):
         repository_from_folder(tmp_path)
+
+
+def test_a_projector_by_its_header_is_not_an_artifact(tmp_path: Path) -> None:
+    # named like a model, but its header says it is llama.cpp's clip projector
+    write_gguf(tmp_path / "vision-f16.gguf", {"general.architecture": "clip"}, [("v.patch_embd.weight", [14, 14])])
+    write_gguf(tmp_path / "m-Q4_K_M.gguf", LLAMA_8B, [("a", [10])])
+    repo = repository_from_folder(tmp_path)
+    assert [a.name for a in repo.artifacts] == ["m-Q4_K_M.gguf"]
+    assert repo.shape.kv_bytes_per_token == 131_072

@@ -13,6 +13,9 @@ from planner import Artifact, InvalidInput, repository_from_folder, repository_f
 from planner.repository import artifacts_from_listing, parse_listing
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "models"
+LLAMA_3_8B_PARAMS = 128256 * 4096 * 2 + 32 * (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336) + 65 * 4096
+"""Embeddings and output head, then each layer's attention (q, o; k, v of 8 heads), MLP and two norms, and the
+final norm: 8,030,261,248, the published count."""
 
 
 def load(model: str) -> tuple[Any, Any, Any]:
@@ -141,7 +144,8 @@ def test_a_bad_listing_gets_one_clear_error(listing: Any, message: str) -> None:
         ("llama-3.1-8b-instruct", 131_072, 8, 16_060_522_496 // 2, 131072),
         ("qwen2.5-7b-instruct", 57_344, 4, 15_231_233_024 // 2, 32768),
         ("llama-3.1-70b-instruct", 327_680, 8, 141_107_412_992 // 2, 131072),
-        ("llama-3-8b-gguf", 131_072, 8, 0, 8192),
+        # no index: counted from the config's shapes
+        ("llama-3-8b-gguf", 131_072, 8, LLAMA_3_8B_PARAMS, 8192),
     ],
 )
 def test_reference_models(model: str, kv_per_token: int, kv_heads: int, params: int, max_context: int) -> None:
@@ -219,9 +223,12 @@ def test_a_bad_config_gets_one_clear_error(config: Any, message: str) -> None:
 
 
 def test_quantised_originals_have_no_params_from_the_index() -> None:
+    # the index's total is bytes of mixed widths: the count comes from the config's shapes instead
     files, config, index = load("llama-3.1-8b-instruct")
-    config = {**config, "quantization_config": {"quant_method": "awq"}}
-    assert repository_from_listing(files, config, index).shape.params == 0
+    config = {**config, "quantization_config": {"quant_method": "awq", "bits": 4}}
+    repo = repository_from_listing(files, config, index)
+    assert repo.shape.params == LLAMA_3_8B_PARAMS
+    assert repo.artifacts[-1].quant == "awq-int4"
 
 
 # --- folders --------------------------------------------------------------------------------------------

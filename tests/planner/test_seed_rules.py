@@ -289,13 +289,18 @@ def test_quant_of(name: str, quant: str) -> None:
         ("h100-80g", 80),
         ("h200-140g", 140),
         ("rtx-4090-24g", 24),
-        ("a100-40gb", 0),
+        # the seed read "%dg" only where the label ended in a lowercase g; the port reads the same digits
+        # whatever unit follows (g, gb, gib, gig) in either case
+        ("a100-40gb", 40),
+        ("a100-80GB", 80),
+        ("rtx4090-24gig", 24),
+        ("a100-80gbx", 0),
         ("h100", 0),
         ("80g", 0),
         ("h100-g", 0),
         ("h100-80.5g", 0),
         ("h100-+80g", 80),
-        ("H100-80G", 0),
+        ("H100-80G", 80),
     ],
 )
 def test_mem_from_class(label: str, gib_: int) -> None:

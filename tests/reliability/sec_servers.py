@@ -33,9 +33,11 @@ ACL_COMMANDS = (
     "+hget +hset +hdel +hgetall +hmget +hlen +hexists +hincrby +hincrbyfloat "
     "+lpush +rpush +lpop +lrange +lrem +llen +lpos +lmove +blmove +blpop "
     "+sadd +srem +smembers +scard +sismember +zadd +zrem +zcard +zscore +zrange +zrangebyscore +zremrangebyscore "
-    "+zremrangebyrank +xadd +xlen +xread +xrevrange +rename +subscribe +unsubscribe +publish +wait"
+    "+zremrangebyrank +xadd +xlen +xread +xrevrange +xreadgroup +xack +xdel +xpending +xclaim +xgroup|create "
+    "+xgroup|delconsumer +rename +subscribe +unsubscribe +publish +wait +xrange +xinfo|stream +pttl +time"
 )
-"""The commands modelplan, its Lua scripts (run as the calling user) and RQ send. INFO lets RQ read the
+"""The commands modelplan, its Lua scripts (run as the calling user) and RQ send (the stream commands
+after XREVRANGE are the workers' reading of the request stream). INFO lets RQ read the
 server version (without it RQ assumes 5.0.9 and takes older paths); CLIENT SETNAME/INFO name the worker."""
 
 

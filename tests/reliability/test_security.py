@@ -3,6 +3,7 @@ URLs refused before anything is sent, and no password in any message or log line
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 import zlib
@@ -179,7 +180,9 @@ def test_a_worker_with_a_wrong_password_shows_no_password(capsys: pytest.Capture
         url = _url(port, WRONG)
         assert main(["worker", "--burst", "--redis-url", url]) == 2
         out, err = capsys.readouterr()
-        assert WRONG not in out + err and "cannot be reached" in err
+        # a worker says it as it says everything, in a JSON line on its log stream
+        assert WRONG not in out + err and "cannot be reached" in out
+        assert [json.loads(line)["event"] for line in out.splitlines()] == ["worker_failed"]
 
 
 def test_a_worker_with_a_wrong_password_exits_2() -> None:

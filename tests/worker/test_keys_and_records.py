@@ -53,6 +53,7 @@ def test_every_key_spelled_out() -> None:
     ]
     assert Keys().job("x") == "modelplan:job:x"
     assert k.hub("meta-llama/Llama-3.1-8B", "main") == "mp:hub:meta-llama/Llama-3.1-8B@main"
+    assert [k.requests, k.reply("svc-a"), k.stats] == ["mp:requests", "mp:reply:svc-a", "mp:stats"]
 
 
 @pytest.mark.parametrize("bad", ["a:b", "*", "a b", "a\nb", "", "-lead", "x" * 129, "ü", "../x"])

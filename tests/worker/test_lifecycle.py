@@ -324,7 +324,7 @@ def test_two_plans_from_one_snapshot_cannot_both_take_the_card(client: Client) -
     jobs = [client.submit(request()) for _ in range(2)]
     empty_queue(client)
     claimed = [planning.claim(client.store, j, f"w{i}") for i, j in enumerate(jobs)]
-    snaps = [client.store.snapshot() for _ in claimed]  # two workers, one moment
+    snaps = [client.store.snapshot().copy() for _ in claimed]  # two workers' pools, one moment
     results = []
     for rec, snap in zip(claimed, snaps, strict=True):
         assert rec is not None

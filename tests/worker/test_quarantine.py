@@ -170,7 +170,7 @@ def test_an_unreadable_hold_keeps_its_nodes_cards_taken(redis_url: str) -> None:
     assert [r.node_id for r in client.get("a").placement] == ["gpu-2"]
     # the commit script counts it so too: a hold written straight at gpu-1 is refused
     rec = client.get("b")
-    from worker.store import HoldSpec
+    from worker.pool import HoldSpec
 
     out = client.store.transition(rec, rec.advance(rec.state), reason="t", place=[HoldSpec("gpu-1", "b:0:9", 1)])
     assert (out.code, out.detail) == ("full", "gpu-1")

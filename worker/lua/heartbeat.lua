@@ -2,11 +2,14 @@
 -- jobs when it frees capacity.
 --
 -- KEYS[1] node:{id}   KEYS[2] nodes   KEYS[3] epoch   KEYS[4] wake   KEYS[5] wake:classes
--- KEYS[6] held:{id}
+-- KEYS[6] held:{id}    KEYS[7] pool:changes
 --
 -- ARGV[1] node id      ARGV[4] boot id             ARGV[7] the node's card class ("" for none)
 -- ARGV[2] record JSON  ARGV[5] node TTL, ms         ARGV[8] free cards    ARGV[9] free host GiB
 -- ARGV[3] seq          ARGV[6] wake flag TTL, ms    ARGV[10] now, ms (the node's score in nodes)
+-- ARGV[11] pool:changes MAXLEN
+--
+-- A stored heartbeat goes onto pool:changes with its TTL, for the workers' mirrors of the pool.
 --
 -- Returns {code, wake, restarted}: code "ok" or "stale" (an older heartbeat: nothing changed); wake 1
 -- when the caller queues a wake-up pass; restarted 1 when the node came back with a new boot, or came
@@ -55,6 +58,7 @@ end
 
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[5])
 redis.call('ZADD', KEYS[2], ARGV[10], ARGV[1])
+redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[11], '*', 'n', ARGV[1], 'r', ARGV[2], 't', ARGV[5])
 
 local wake = 0
 if #freed > 0 then

@@ -6,13 +6,13 @@
 -- KEYS[1]  job:{id}           KEYS[4]   jobs:failed          KEYS[11] pending      KEYS[14] wake
 -- KEYS[2]  job:{id}:events    KEYS[5..10] the other six       KEYS[12] pending:for  KEYS[15] wake:classes
 -- KEYS[3]  events                        jobs:{state}         KEYS[13] epoch        KEYS[16] held:nodes
--- KEYS[17] quarantine
--- KEYS[18..] held:{node} for each hold to drop
+-- KEYS[17] quarantine         KEYS[18] pool:changes
+-- KEYS[19..] held:{node} for each hold to drop
 --
 -- ARGV[1] job id               ARGV[5] seconds to keep the record   ARGV[9]  wake flag TTL, ms
 -- ARGV[2] the record as read   ARGV[6] events MAXLEN                ARGV[10] holds to drop (n)
--- ARGV[3] reason               ARGV[7] job events MAXLEN            ARGV[11..] n x (node id, hold id)
--- ARGV[4] now, ms              ARGV[8] quarantine entry, JSON
+-- ARGV[3] reason               ARGV[7] job events MAXLEN            ARGV[12..] n x (node id, hold id)
+-- ARGV[4] now, ms              ARGV[8] quarantine entry, JSON       ARGV[11] pool:changes MAXLEN
 --
 -- Returns {code, wake}: "ok", or "changed" (the record is no longer what was read: nothing written);
 -- wake 1 when the caller queues a wake-up pass.
@@ -30,10 +30,11 @@ redis.call('HSET', KEYS[17], KEYS[1], ARGV[8])
 local wake = 0
 local freed = false
 for j = 1, tonumber(ARGV[10]) do
-  local node_id, hold_id = ARGV[9 + 2 * j], ARGV[10 + 2 * j]
-  if redis.call('HDEL', KEYS[17 + j], hold_id) == 1 then
+  local node_id, hold_id = ARGV[10 + 2 * j], ARGV[11 + 2 * j]
+  if redis.call('HDEL', KEYS[18 + j], hold_id) == 1 then
     freed = true
-    if redis.call('HLEN', KEYS[17 + j]) == 0 then
+    redis.call('XADD', KEYS[18], 'MAXLEN', '~', ARGV[11], '*', 'n', node_id, 'h', hold_id, 'v', '')
+    if redis.call('HLEN', KEYS[18 + j]) == 0 then
       redis.call('SREM', KEYS[16], node_id)
     end
   end

@@ -11,16 +11,21 @@
 -- KEYS[2]  job:{id}:events    KEYS[6]  pending            KEYS[10]  wake:classes
 -- KEYS[3]  events             KEYS[7]  pending:for        KEYS[11]  held:nodes
 -- KEYS[4]  jobs:{old state}   KEYS[8]  epoch
--- KEYS[12..] for each hold to write: node:{id}, held:{id}; then for each hold to clear: held:{id}
+-- KEYS[12] pool:changes
+-- KEYS[13..] for each hold to write: node:{id}, held:{id}; then for each hold to clear: held:{id}
 --
 -- ARGV[1]  job id                      ARGV[9]   seconds to keep a final record (0: keep)
 -- ARGV[2]  version it is made from     ARGV[10]  wake flag TTL, ms
 -- ARGV[3]  the next record, JSON       ARGV[11]  events MAXLEN     ARGV[12] job events MAXLEN
 -- ARGV[4]  the next state              ARGV[13]  reason, for the streams
 -- ARGV[5]  score in jobs:{next state}  ARGV[14]  holds to write (n)  ARGV[15] holds to clear (m)
--- ARGV[6]  classes pending on, or ""   ARGV[16..] n x (node id, hold id, gpus, host GiB, nominated 0/1),
--- ARGV[7]  score in pending                       then m x (node id, hold id, class)
--- ARGV[8]  epoch the plan saw, or ""
+-- ARGV[6]  classes pending on, or ""
+-- ARGV[7]  score in pending           ARGV[16] pool:changes MAXLEN
+-- ARGV[8]  epoch the plan saw, or ""  ARGV[17..] n x (node id, hold id, gpus, host GiB, nominated 0/1),
+--                                                then m x (node id, hold id, class)
+--
+-- Every hold written or cleared goes onto pool:changes (node, hold id, value or ""), for the workers'
+-- mirrors of the pool.
 --
 -- Returns {code, detail, wake}: "ok" (detail: the new version; wake 1: the caller queues a wake-up
 -- pass), "stale" (detail: the version now, or "unreadable"), "gone" (no record), "full" or "silent"
@@ -28,8 +33,8 @@
 
 local job_id = ARGV[1]
 local n_place, n_clear = tonumber(ARGV[14]), tonumber(ARGV[15])
-local place_at, clear_at = 16, 16 + 5 * n_place
-local clear_key_at = 11 + 2 * n_place
+local place_at, clear_at = 17, 17 + 5 * n_place
+local clear_key_at = 12 + 2 * n_place
 
 local raw = redis.call('GET', KEYS[1])
 if not raw then
@@ -59,7 +64,7 @@ for i = 1, n_place do
   local at = place_at + 5 * (i - 1)
   local node_id, hold_id = ARGV[at], ARGV[at + 1]
   local gpus, host_gb = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
-  local node_raw = redis.call('GET', KEYS[10 + 2 * i])
+  local node_raw = redis.call('GET', KEYS[11 + 2 * i])
   if not node_raw then
     return {'silent', node_id, 0}
   end
@@ -76,7 +81,7 @@ for i = 1, n_place do
   local skip = clearing[node_id] or {}
   local add = adding[node_id] or {gpus = 0, host = 0}
   local all_gpus, unseen_gpus, unseen_host = add.gpus, add.gpus, add.host
-  local held = redis.call('HGETALL', KEYS[11 + 2 * i])
+  local held = redis.call('HGETALL', KEYS[12 + 2 * i])
   for h = 1, #held, 2 do
     if held[h] ~= hold_id and not skip[held[h]] then
       -- a hold that does not decode keeps its cards taken; which cards is unknown, so all are
@@ -118,7 +123,11 @@ local freed = false
 for j = 1, n_clear do
   local at = clear_at + 3 * (j - 1)
   local held_key = KEYS[clear_key_at + j]
-  if redis.call('HDEL', held_key, ARGV[at + 1]) == 1 and not rewritten[ARGV[at] .. '/' .. ARGV[at + 1]] then
+  local deleted = redis.call('HDEL', held_key, ARGV[at + 1]) == 1
+  if deleted then
+    redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[16], '*', 'n', ARGV[at], 'h', ARGV[at + 1], 'v', '')
+  end
+  if deleted and not rewritten[ARGV[at] .. '/' .. ARGV[at + 1]] then
     freed = true
     wake_for(ARGV[at + 2])
     if redis.call('HLEN', held_key) == 0 then
@@ -134,8 +143,9 @@ for i = 1, n_place do
   local at = place_at + 5 * (i - 1)
   local value = cjson.encode({gpus = tonumber(ARGV[at + 2]), host_gb = tonumber(ARGV[at + 3]),
                               boot_id = boots[i], nominated = ARGV[at + 4] == '1'})
-  redis.call('HSET', KEYS[11 + 2 * i], ARGV[at + 1], value)
+  redis.call('HSET', KEYS[12 + 2 * i], ARGV[at + 1], value)
   redis.call('SADD', KEYS[11], ARGV[at])
+  redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[16], '*', 'n', ARGV[at], 'h', ARGV[at + 1], 'v', value)
 end
 
 if ARGV[6] ~= '' then

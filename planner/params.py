@@ -1,0 +1,108 @@
+"""A model's parameter count from its config's shapes, for when neither the safetensors headers nor the
+index's total size and a 16-bit dtype tell it (quantised originals, listings without an index).
+
+Counted: the embeddings (and the output head unless tied), each layer's attention (standard, grouped,
+multi-query or DeepSeek's MLA) and MLP (dense, or routed experts with shared experts and the router), and
+a vision tower and projector where the config has one, and two norms a layer and a final one (a Llama's
+count is then exact). Biases and any further norms are left out: well under 0.1% of any model here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from planner.configs import LanguageConfig
+
+UNGATED_MLP = frozenset({"gpt2", "gptj", "gpt_neox", "falcon", "RefinedWeb", "RefinedWebModel", "gpt_bigcode"})
+"""Model types whose MLP is two matrices (up, down) rather than three (gate, up, down)."""
+
+
+def _int(cfg: Mapping[str, Any], name: str, default: int = 0) -> int:
+    value = cfg.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def vision_params(lang: LanguageConfig) -> int:
+    """The vision tower's and projector's parameters; 0 without a ``vision_config``."""
+    return _vision(lang.top, _int(lang.fields, "hidden_size"))
+
+
+def params_from_config(lang: LanguageConfig, kv_heads: int) -> int:
+    """The parameter count from the shapes; 0 when a shape it needs is missing."""
+    cfg = lang.fields
+    hidden, layers, heads = _int(cfg, "hidden_size"), _int(cfg, "num_hidden_layers"), _int(cfg, "num_attention_heads")
+    vocab = _int(cfg, "vocab_size")
+    if not (hidden and layers and heads and vocab):
+        return 0
+    head_dim = _int(cfg, "head_dim", hidden // heads)
+    embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    attention = _attention(cfg, hidden, heads, kv_heads, head_dim)
+    ungated = lang.model_type in UNGATED_MLP
+    dense_inter = _int(cfg, "intermediate_size", 4 * hidden)
+    dense_mlp = (2 if ungated else 3) * hidden * dense_inter
+    experts = _int(cfg, "num_local_experts") or _int(cfg, "num_experts") or _int(cfg, "n_routed_experts")
+    total = embed + layers * attention + (2 * layers + 1) * hidden
+    if not experts:
+        return total + layers * dense_mlp + _vision(lang.top, hidden)
+    moe_inter = _int(cfg, "moe_intermediate_size", dense_inter)
+    moe = experts * 3 * hidden * moe_inter + hidden * experts  # the experts and the router
+    shared = _int(cfg, "shared_expert_intermediate_size")
+    if shared:  # Qwen2-MoE: one shared expert and its gate
+        moe += 3 * hidden * shared + hidden
+    moe += _int(cfg, "n_shared_experts") * 3 * hidden * moe_inter  # DeepSeek's shared experts
+    dense_layers = _dense_layers(cfg, layers)
+    return total + dense_layers * dense_mlp + (layers - dense_layers) * moe + _vision(lang.top, hidden)
+
+
+def _attention(cfg: Mapping[str, Any], hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
+    kv_lora = _int(cfg, "kv_lora_rank")
+    if kv_lora:  # MLA: DeepseekV3Attention's q_a/q_b (or q), kv_a, kv_b and o projections
+        rope, nope = _int(cfg, "qk_rope_head_dim"), _int(cfg, "qk_nope_head_dim")
+        v_dim = _int(cfg, "v_head_dim", nope)
+        q_lora = _int(cfg, "q_lora_rank")
+        q = hidden * q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
+        return q + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
+    return hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
+
+
+def _dense_layers(cfg: Mapping[str, Any], layers: int) -> int:
+    """Layers with a dense MLP in a mixture-of-experts model: DeepSeek's first ``first_k_dense_replace``;
+    Qwen-MoE's ``mlp_only_layers`` and those off its ``decoder_sparse_step``."""
+    first = _int(cfg, "first_k_dense_replace")
+    if first:
+        return min(first, layers)
+    step = _int(cfg, "decoder_sparse_step", 1)
+    only = cfg.get("mlp_only_layers")
+    listed = set(only) if isinstance(only, Sequence) and not isinstance(only, str) else set()
+    return sum(1 for i in range(layers) if i in listed or (i + 1) % step != 0)
+
+
+def _vision(config: Mapping[str, Any], text_hidden: int) -> int:
+    """A vision tower's parameters and its projector into the language model: a ViT of
+    ``num_hidden_layers`` (Qwen2-VL: ``depth``; Mllama: plus ``num_global_layers``) blocks of attention
+    (four d x d matrices) and an MLP, with the patch embedding; 0 when there is no ``vision_config``."""
+    vision = config.get("vision_config")
+    if not isinstance(vision, Mapping):
+        return 0
+    # Kimi-K2.5's MoonViT names its fields vt_*
+    d = _int(vision, "embed_dim") or _int(vision, "hidden_size") or _int(vision, "vt_hidden_size")
+    blocks = _int(vision, "depth") or _int(vision, "num_hidden_layers") or _int(vision, "vt_num_hidden_layers")
+    blocks += _int(vision, "num_global_layers")
+    if not d or not blocks:
+        return 0
+    inter = (
+        _int(vision, "intermediate_size") or _int(vision, "vt_intermediate_size") or d * _int(vision, "mlp_ratio", 4)
+    )
+    gated = vision.get("hidden_act") == "silu"  # Qwen2.5-VL's vision MLP is gated (SwiGLU)
+    patch = _int(vision, "patch_size", 14)
+    temporal = _int(vision, "temporal_patch_size", 1)
+    tower = blocks * (4 * d * d + (3 if gated else 2) * d * inter) + 3 * temporal * patch * patch * d
+    merge = _int(vision, "spatial_merge_size")
+    if merge:  # Qwen2-VL's merger: an MLP from merge^2 patches to the language model's width
+        wide = d * merge * merge
+        return tower + wide * wide + wide * (_int(vision, "out_hidden_size") or _int(vision, "hidden_size"))
+    out = _int(vision, "vision_output_dim")
+    if out:  # Mllama: the concatenated layer outputs projected to the text width
+        return tower + out * text_hidden
+    return tower + d * text_hidden + text_hidden * text_hidden  # LLaVA's two-layer projector

@@ -1,0 +1,157 @@
+"""A model's shape from its ``config.json``: the KV cache per token, the heads, the longest context, the
+sliding-window layers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from planner.configs import LanguageConfig, language_config
+from planner.constants import KV_BYTES_PER_ELEMENT
+from planner.errors import InvalidInput
+from planner.model import Shape
+from planner.params import params_from_config, vision_params
+
+MAX_CONFIG_DIMENSION = 1 << 24
+"""Bounds on a config's layer, head and width counts: far past any model, short of overflowing the
+arithmetic."""
+
+FALCON_TYPES = ("falcon", "RefinedWeb", "RefinedWebModel")
+
+ROPE_UNSCALED = ("su", "longrope", "llama3")
+"""Rope types whose ``max_position_embeddings`` already is the extended length, so vLLM does not multiply
+it (``_get_and_verify_max_len``, vllm/config/model.py, v0.10)."""
+
+WINDOWED_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text", "gpt_oss", "cohere2"})
+"""Model types whose sliding-window layers both engines cache for the window only: vLLM's hybrid KV cache
+manager (v1 engine, v0.10+) and llama.cpp's SWA cache (``llama_kv_cache_iswa``, used for every
+architecture with a ``swa_type``, these among them, since its PR 13194 of May 2025). Any other window
+(Mistral 7B v0.1's, Phi-3's, on every layer) is counted for the whole context: llama.cpp caches those
+layers whole, and a plan never counts less than an engine takes."""
+
+
+def shape_from_config(config: Any, *, params: int = 0, source: str = "config.json") -> Shape:
+    """A model's shape from its ``config.json``.
+
+    Fields are read as transformers reads them (``planner.configs``): the model type's defaults, other
+    architectures' names, a multimodal config's ``text_config``. ``num_key_value_heads`` absent means as
+    many as the attention heads (Falcon and GPT-BigCode's ``multi_query`` one, ChatGLM's
+    ``multi_query_group_num``); ``head_dim`` absent means ``hidden_size / num_attention_heads``. MLA
+    models (``kv_lora_rank``, as DeepSeek's) cache one latent of ``kv_lora_rank + qk_rope_head_dim`` per
+    layer. ``params`` is the parameter count where something else tells it; 0 counts it from the shapes.
+    """
+    if config is None:
+        raise InvalidInput(source, "(file)", "missing: a repository needs its config.json")
+    if not isinstance(config, Mapping):
+        raise InvalidInput(source, "(file)", f"expected a JSON object, got {type(config).__name__}")
+    lang = language_config(config, source)
+    cfg = lang.fields
+
+    def whole(name: str, *, default: int | None = None) -> int:
+        value = cfg.get(name)
+        if value is None:
+            if default is not None:
+                return default
+            kind = f"model type {lang.model_type!r}" if lang.model_type else "no model_type"
+            raise InvalidInput(lang.source, name, f"missing ({kind}, and no default for it)")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_CONFIG_DIMENSION:
+            allowed = f"must be a whole number from 1 to {MAX_CONFIG_DIMENSION}"
+            raise InvalidInput(lang.source, name, f"{allowed} (given {value!r})")
+        return value
+
+    layers = whole("num_hidden_layers")
+    heads = whole("num_attention_heads")
+    kv_heads = _kv_heads(lang, heads, whole)
+    mla = cfg.get("kv_lora_rank") is not None
+    if mla:
+        per_layer = whole("kv_lora_rank") + whole("qk_rope_head_dim")
+    else:
+        if cfg.get("head_dim") is not None:
+            head_dim = whole("head_dim")
+        else:
+            hidden = whole("hidden_size")
+            if hidden % heads:
+                raise InvalidInput(
+                    lang.source, "hidden_size", f"{hidden} does not divide by num_attention_heads {heads}"
+                )
+            head_dim = hidden // heads
+        per_layer = 2 * kv_heads * head_dim
+    max_context, where = max_model_len(lang)
+    sliding = _sliding_layers(lang, layers)
+    windows: tuple[tuple[int, int], ...] = ()
+    if sliding and not mla:
+        windows = ((sliding[0], sliding[1] * per_layer * KV_BYTES_PER_ELEMENT),)
+    return Shape(
+        kv_bytes_per_token=layers * per_layer * KV_BYTES_PER_ELEMENT,
+        kv_heads=kv_heads,
+        params=params or params_from_config(lang, kv_heads),
+        max_context=max_context,
+        heads=heads,
+        mla=mla,
+        windows=windows,
+        max_context_source=where,
+        vision_params=vision_params(lang),
+    )
+
+
+def _kv_heads(lang: LanguageConfig, heads: int, whole: Any) -> int:
+    """The KV heads as vLLM's ``get_total_num_kv_heads`` counts them (vllm/config/model.py, v0.10): one for
+    ``multi_query`` (GPT-BigCode; Falcon unless ``new_decoder_architecture``), else the first of
+    ``n_head_kv``, ``num_kv_heads``, ``num_key_value_heads``, ``multi_query_group_num`` (read here as
+    ``num_key_value_heads``), else the attention heads."""
+    cfg = lang.fields
+    new_falcon = lang.model_type in FALCON_TYPES and bool(cfg.get("new_decoder_architecture"))
+    if lang.model_type in FALCON_TYPES[1:] and cfg.get("hidden_size") == 8192:
+        # vLLM's RWConfig for Falcon's own configs (vllm/transformers_utils/configs/falcon.py, v0.10): "hack
+        # for falcon-40b", whose config has n_head_kv but no new_decoder_architecture
+        new_falcon = True
+    if not new_falcon and cfg.get("multi_query") is True:
+        return 1
+    return int(whole("num_key_value_heads", default=heads))
+
+
+def max_model_len(lang: LanguageConfig) -> tuple[int, str]:
+    """The longest context and where it comes from, as vLLM derives ``max_model_len``
+    (``_get_and_verify_max_len``, vllm/config/model.py, v0.10): ``max_position_embeddings`` (or the least of
+    its other names), times ``rope_scaling.factor`` unless the rope type already counts it (``llama3``,
+    ``longrope``) or the model is Gemma 3 (whose 128k is already scaled); YaRN multiplies its
+    ``original_max_position_embeddings``. ``(0, "")`` when the config says nothing."""
+    cfg = lang.fields
+    base = cfg.get("max_position_embeddings")
+    if not isinstance(base, int) or isinstance(base, bool) or base <= 0:
+        return 0, ""
+    where = f"max_position_embeddings {base}"
+    rope = cfg.get("rope_scaling")
+    if not isinstance(rope, Mapping) or "gemma3" in lang.model_type:
+        return base, where
+    rope_type = rope.get("rope_type") or rope.get("type")
+    factor = rope.get("factor", 1.0)
+    if rope_type in ROPE_UNSCALED or rope_type in ("mrope", "default"):
+        return base, where
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1 << 10:
+        return base, where
+    original = rope.get("original_max_position_embeddings")
+    if rope_type == "yarn" and isinstance(original, int) and not isinstance(original, bool) and original > 0:
+        base, where = original, f"rope_scaling.original_max_position_embeddings {original}"
+    return int(base * factor), f"{where} x rope_scaling.factor {factor:g} ({rope_type})"
+
+
+def _sliding_layers(lang: LanguageConfig, layers: int) -> tuple[int, int] | None:
+    """``(window, layers)`` of the sliding-window layers the engines cache for the window only (see
+    ``WINDOWED_TYPES``); ``None`` when there are none. ``layer_types`` says which layers slide where the
+    config lists them (transformers v4.53+); else ``sliding_window_pattern``: every N-th layer is full."""
+    cfg = lang.fields
+    window = cfg.get("sliding_window")
+    if lang.model_type not in WINDOWED_TYPES or not isinstance(window, int) or isinstance(window, bool):
+        return None
+    if window <= 0:
+        return None
+    kinds = cfg.get("layer_types")
+    if isinstance(kinds, Sequence) and not isinstance(kinds, str) and len(kinds) == layers:
+        count = sum(1 for k in kinds if k == "sliding_attention")
+    else:
+        pattern = cfg.get("sliding_window_pattern")
+        if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern <= 0:
+            return None
+        count = sum(1 for i in range(layers) if (i + 1) % pattern)
+    return (window, count) if count else None

@@ -1,0 +1,160 @@
+"""``modelplan metrics``: the pool, the jobs and the workers' timings as Prometheus metrics.
+
+Each scrape reads Redis afresh, through the same client calls and the same card count as
+``modelplan status`` (``producer.render.node_cards``), so the two agree. The workers' plan and commit
+times, commit conflicts and wake-up latency come from the ``stats`` hash they add to
+(``worker.metrics``). Redis out of reach is ``modelplan_redis_up 0``, not a failed scrape.
+
+=========================================  =========  =============================================
+metric                                     type       what
+=========================================  =========  =============================================
+``modelplan_redis_up``                     gauge      1 when this scrape could read Redis
+``modelplan_jobs{state}``                  gauge      jobs in each state
+``modelplan_waiting_jobs{gpu_class,kind}`` gauge      waiting jobs by the class they wait for and why
+                                                      (resources, priority, gone)
+``modelplan_cards{gpu_class,state}``       gauge      cards by class: reserved, held, busy (outside
+                                                      modelplan), free, unreadable (kept taken)
+``modelplan_nodes{gpu_class}``             gauge      live nodes by class (``cpu``: no cards)
+``modelplan_queue_depth``                  gauge      planning jobs on the queue
+``modelplan_requests_pending``             gauge      request-stream entries not yet answered
+``modelplan_heartbeat_age_seconds{node}``  gauge      since each live node's last heartbeat
+``modelplan_quarantined_records``          gauge      stored records that do not parse
+``modelplan_plan_seconds``                 histogram  one planning job, claim to commit
+``modelplan_commit_seconds``               histogram  one commit (``transition.lua``)
+``modelplan_commit_conflicts_total``       counter    commits that found their cards taken
+``modelplan_wake_latency_seconds``         histogram  a heartbeat to a waiting replica placed
+=========================================  =========  =============================================
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from producer.client import Client
+from producer.render import node_cards
+from worker.classes import class_of
+from worker.keys import CPU_CLASS
+from worker.metrics import COUNTERS, HISTOGRAMS, bucket_field
+from worker.records import JobState, utcnow
+from worker.scripts import text
+
+NAMESPACE = "modelplan"
+CARD_STATES = ("reserved", "held", "busy", "free", "unreadable")
+
+
+class PoolCollector(Collector):
+    """Reads one prefix's state in Redis at each scrape."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(f"{NAMESPACE}_redis_up", "1 when this scrape could read Redis")
+        try:
+            metrics = list(self._read())
+        except (redis.RedisError, ConnectionError, PermissionError):
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from metrics
+
+    def _read(self) -> Iterator[Metric]:
+        c, k = self.client, self.client.keys
+        jobs = GaugeMetricFamily(f"{NAMESPACE}_jobs", "Jobs in each state", labels=["state"])
+        for state, n in c.counts().items():
+            jobs.add_metric([state], n)
+        yield jobs
+
+        waiting = GaugeMetricFamily(
+            f"{NAMESPACE}_waiting_jobs", "Waiting jobs by the class they wait for and why", labels=["gpu_class", "kind"]
+        )
+        by: Counter[tuple[str, str]] = Counter()
+        for rec in c.jobs(JobState.WAITING):
+            kinds = [r.wait.kind for r in rec.replicas if r.wait is not None and r.state != "placed"]
+            by[(class_of(rec), kinds[0] if kinds else "resources")] += 1
+        for (cls, kind), n in sorted(by.items()):
+            waiting.add_metric([cls, kind], n)
+        yield waiting
+
+        snap = c.pool()
+        cards = GaugeMetricFamily(
+            f"{NAMESPACE}_cards", "Cards by class and what they are doing", labels=["gpu_class", "state"]
+        )
+        nodes = GaugeMetricFamily(f"{NAMESPACE}_nodes", "Live nodes by card class (cpu: none)", labels=["gpu_class"])
+        age = GaugeMetricFamily(
+            f"{NAMESPACE}_heartbeat_age_seconds", "Seconds since each live node's last heartbeat", labels=["node"]
+        )
+        per_class: dict[str, Counter[str]] = {}
+        node_count: Counter[str] = Counter()
+        now = utcnow()
+        for node_id, node in sorted(snap.records.items()):
+            cls = node.gpu_class or CPU_CLASS
+            node_count[cls] += 1
+            age.add_metric([node_id], max(0.0, (now - node.received_at).total_seconds()))
+            if node.gpu_class:
+                per_class.setdefault(cls, Counter()).update(node_cards(snap, node_id))
+        for cls, counted in sorted(per_class.items()):
+            for state in CARD_STATES:
+                cards.add_metric([cls, state], counted.get(state, 0))
+        for cls, n in sorted(node_count.items()):
+            nodes.add_metric([cls], n)
+        yield from (cards, nodes, age)
+
+        yield GaugeMetricFamily(f"{NAMESPACE}_queue_depth", "Planning jobs on the queue", value=c.store.queue.count)
+        yield GaugeMetricFamily(
+            f"{NAMESPACE}_requests_pending", "Request-stream entries not yet answered", value=c.redis.xlen(k.requests)
+        )
+        yield GaugeMetricFamily(
+            f"{NAMESPACE}_quarantined_records", "Stored records that do not parse", value=c.redis.hlen(k.quarantine)
+        )
+        yield from _stats(c.redis.hgetall(k.stats))
+
+
+def _stats(raw: Any) -> Iterator[Metric]:
+    stats = {text(f): float(text(v)) for f, v in raw.items()}
+    helps = {
+        "plan_seconds": "One planning job, claim to commit, in seconds",
+        "commit_seconds": "One commit of a planned change, in seconds",
+        "wake_latency_seconds": "From a node's heartbeat to a waiting replica placed on it, in seconds",
+    }
+    for name, bounds in HISTOGRAMS.items():
+        count = stats.get(f"{name}:count", 0.0)
+        buckets = [(f"{le:g}", stats.get(bucket_field(name, le), 0.0)) for le in bounds] + [("+Inf", count)]
+        yield HistogramMetricFamily(
+            f"{NAMESPACE}_{name}", helps[name], buckets=buckets, sum_value=stats.get(f"{name}:sum", 0.0)
+        )
+    for name in COUNTERS:
+        yield CounterMetricFamily(
+            f"{NAMESPACE}_{name}", "Commits that found their cards taken since the plan", value=stats.get(name, 0.0)
+        )
+
+
+def registry(client: Client) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(PoolCollector(client))
+    return reg
+
+
+def exposition(client: Client) -> str:
+    """One scrape, as the text Prometheus reads."""
+    from prometheus_client import generate_latest
+
+    return generate_latest(registry(client)).decode()
+
+
+def serve(client: Client, port: int, addr: str = "0.0.0.0") -> None:
+    """Serve ``/metrics`` on ``addr:port`` until interrupted."""
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr, registry=registry(client))
+    while True:
+        time.sleep(3600)

@@ -1,0 +1,282 @@
+"""The hand arithmetic for each repository of the corpus: what ``test_corpus.py`` checks the planner
+against.
+
+Notation in the expressions: vocab x hidden for embeddings (twice when the output head is not tied); per
+layer q and o (hidden x heads x head_dim, twice), k and v (hidden x KV heads x head_dim, twice), the MLP
+(3 x hidden x intermediate when gated, 2 x when not; experts times that, plus a router of hidden x experts).
+Norms and biases are left out of the hand counts: they are under 0.1%.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Case:
+    kv: int
+    """KV bytes per token, every layer."""
+    params: int
+    bits: float
+    """The original's bits per weight as loaded (a GGUF repository: its artifact's)."""
+    context: int
+    """The longest context, as vLLM derives it."""
+    quant: str = "bf16"
+    artifacts: tuple[str, ...] = ("original",)
+    weights: int = 0
+    """Bytes of the weights where the corpus has no listing: a single ``model.safetensors`` of this size."""
+    config_from: str = ""
+    """A GGUF repository has no config.json: the user passes the original model's, as named here."""
+
+
+# fmt: off
+LLAMA_31_8B = 128256 * 4096 * 2 + 32 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 14336)
+LLAMA_31_70B = 128256 * 8192 * 2 + 80 * (8192 * 64 * 128 * 2 + 8192 * 8 * 128 * 2 + 3 * 8192 * 28672)
+QWEN25_7B = 152064 * 3584 * 2 + 28 * (3584 * 28 * 128 * 2 + 3584 * 4 * 128 * 2 + 3 * 3584 * 18944)
+QWEN2_VL_VISION = 32 * (4 * 1280 * 1280 + 2 * 1280 * 5120) + (1280 * 4) ** 2 + 1280 * 4 * 3584
+QWEN25_VL_VISION = 32 * (4 * 1280 * 1280 + 3 * 1280 * 3420) + (1280 * 4) ** 2 + 1280 * 4 * 3584
+QWEN3_235B = 151936 * 4096 * 2 + 94 * (
+    4096 * 64 * 128 * 2 + 4096 * 4 * 128 * 2 + 128 * 3 * 4096 * 1536 + 4096 * 128
+)
+QWEN3_30B = 151936 * 2048 * 2 + 48 * (
+    2048 * 32 * 128 * 2 + 2048 * 4 * 128 * 2 + 128 * 3 * 2048 * 768 + 2048 * 128
+)
+QWEN3_8B = 151936 * 4096 * 2 + 36 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 12288)
+DEEPSEEK_V3 = (
+    129280 * 7168 * 2
+    + 61 * (7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168)  # MLA
+    + 3 * 3 * 7168 * 18432  # three dense layers
+    + 58 * (256 * 3 * 7168 * 2048 + 7168 * 256 + 3 * 7168 * 2048)  # 256 experts, router, a shared expert
+)
+KIMI_K25_EXPERTS = 60 * 384 * 3 * 7168 * 2048
+KIMI_K25 = (
+    163840 * 7168 * 2
+    + 61 * (7168 * 1536 + 1536 * 64 * 192 + 7168 * 576 + 512 * 64 * 256 + 64 * 128 * 7168)
+    + 1 * 3 * 7168 * 18432
+    + 60 * (7168 * 384 + 3 * 7168 * 2048)
+    + KIMI_K25_EXPERTS
+)
+GEMMA3_27B = 262208 * 5376 + 62 * (5376 * 32 * 128 * 2 + 5376 * 16 * 128 * 2 + 3 * 5376 * 21504) + (
+    27 * (4 * 1152 * 1152 + 2 * 1152 * 4304) + 1152 * 5376  # SigLIP and its projection
+)
+GPT_OSS_120B_EXPERTS = 36 * 128 * 3 * 2880 * 2880
+GPT_OSS_120B = 201088 * 2880 * 2 + 36 * (2880 * 64 * 64 * 2 + 2880 * 8 * 64 * 2 + 2880 * 128) + GPT_OSS_120B_EXPERTS
+GPT_OSS_20B_EXPERTS = 24 * 32 * 3 * 2880 * 2880
+GPT_OSS_20B = 201088 * 2880 * 2 + 24 * (2880 * 64 * 64 * 2 + 2880 * 8 * 64 * 2 + 2880 * 32) + GPT_OSS_20B_EXPERTS
+GENZ_70B = 32000 * 8192 * 2 + 80 * (8192 * 64 * 128 * 2 + 8192 * 8 * 128 * 2 + 3 * 8192 * 28672)
+
+CASES: dict[str, Case] = {
+    "meta-llama--Meta-Llama-3.1-8B": Case(
+        kv=2 * 32 * 8 * 128 * 2, params=LLAMA_31_8B, bits=16, context=131072,
+    ),
+    "meta-llama--Meta-Llama-3.1-70B": Case(
+        kv=2 * 80 * 8 * 128 * 2, params=LLAMA_31_70B, bits=16, context=131072, weights=LLAMA_31_70B * 2,
+    ),
+    "meta-llama--Llama-3.2-1B-Instruct": Case(
+        kv=2 * 16 * 8 * 64 * 2, context=131072, bits=16,
+        params=128256 * 2048 + 16 * (2048 * 32 * 64 * 2 + 2048 * 8 * 64 * 2 + 3 * 2048 * 8192),
+        weights=2 * (128256 * 2048 + 16 * (2048 * 32 * 64 * 2 + 2048 * 8 * 64 * 2 + 3 * 2048 * 8192)),
+    ),
+    "meta-llama--Llama-3.2-3B": Case(
+        kv=2 * 28 * 8 * 128 * 2, context=131072, bits=16,
+        params=128256 * 3072 + 28 * (3072 * 24 * 128 * 2 + 3072 * 8 * 128 * 2 + 3 * 3072 * 8192),
+        weights=2 * (128256 * 3072 + 28 * (3072 * 24 * 128 * 2 + 3072 * 8 * 128 * 2 + 3 * 3072 * 8192)),
+    ),
+    "nvidia--Llama-3.1-70B-Instruct-FP8": Case(
+        # ModelOpt FP8: every Linear one byte but lm_head; embeddings and lm_head stay bf16
+        kv=2 * 80 * 8 * 128 * 2, params=LLAMA_31_70B, context=131072, quant="fp8",
+        weights=LLAMA_31_70B + 2 * 128256 * 8192, bits=8 * (LLAMA_31_70B + 2 * 128256 * 8192) / LLAMA_31_70B,
+    ),
+    "TheBloke--Genz-70b-GPTQ": Case(
+        # 4 bits a weight and a 16-bit scale and 4-bit zero per group of 128; embeddings and head 16-bit
+        kv=2 * 80 * 8 * 128 * 2, params=GENZ_70B, context=4096, quant="gptq-int4",
+        bits=((4 + 20 / 128) * (GENZ_70B - 2 * 32000 * 8192) + 16 * 2 * 32000 * 8192) / GENZ_70B,
+    ),
+    "Qwen--Qwen2.5-7B": Case(
+        kv=2 * 28 * 4 * 128 * 2, params=QWEN25_7B, bits=16, context=131072, weights=QWEN25_7B * 2,
+    ),
+    "Qwen--Qwen2.5-72B": Case(
+        kv=2 * 80 * 8 * 128 * 2, context=131072, bits=16,
+        params=152064 * 8192 * 2 + 80 * (8192 * 64 * 128 * 2 + 8192 * 8 * 128 * 2 + 3 * 8192 * 29568),
+        weights=2 * (152064 * 8192 * 2 + 80 * (8192 * 64 * 128 * 2 + 8192 * 8 * 128 * 2 + 3 * 8192 * 29568)),
+    ),
+    "Qwen--Qwen2-VL-7B-Instruct": Case(
+        kv=2 * 28 * 4 * 128 * 2, params=QWEN25_7B + QWEN2_VL_VISION, bits=16, context=32768,
+        weights=2 * (QWEN25_7B + QWEN2_VL_VISION),
+    ),
+    "Qwen--Qwen2.5-VL-7B-Instruct": Case(
+        kv=2 * 28 * 4 * 128 * 2, params=QWEN25_7B + QWEN25_VL_VISION, bits=16, context=128000,
+        weights=2 * (QWEN25_7B + QWEN25_VL_VISION),
+    ),
+    "Qwen--Qwen3-235B-A22B": Case(
+        kv=2 * 94 * 4 * 128 * 2, params=QWEN3_235B, bits=16, context=40960, weights=QWEN3_235B * 2,
+    ),
+    "nvidia--Qwen3-235B-A22B-NVFP4": Case(
+        # NVFP4: 4 bits and an FP8 scale per 16 on every Linear but lm_head and the routers
+        kv=2 * 94 * 4 * 128 * 2, params=QWEN3_235B, context=40960, quant="nvfp4",
+        weights=(QWEN3_235B - 2 * 151936 * 4096) * 9 // 16 + 2 * 151936 * 4096 * 2,
+        bits=(4.5 * (QWEN3_235B - 2 * 151936 * 4096) + 16 * 2 * 151936 * 4096) / QWEN3_235B,
+    ),
+    "Qwen--Qwen3-30B-A3B": Case(
+        kv=2 * 48 * 4 * 128 * 2, params=QWEN3_30B, bits=16, context=40960, weights=QWEN3_30B * 2,
+    ),
+    "Qwen--Qwen3-30B-A3B-FP8": Case(
+        # FP8 blocks of 128 x 128; embeddings and lm_head bf16
+        kv=2 * 48 * 4 * 128 * 2, params=QWEN3_30B, context=40960, quant="fp8",
+        weights=QWEN3_30B + 2 * 151936 * 2048, bits=8 * (QWEN3_30B + 2 * 151936 * 2048) / QWEN3_30B,
+    ),
+    "Qwen--Qwen3-32B": Case(
+        kv=2 * 64 * 8 * 128 * 2, context=40960, bits=16,
+        params=151936 * 5120 * 2 + 64 * (5120 * 64 * 128 * 2 + 5120 * 8 * 128 * 2 + 3 * 5120 * 25600),
+        weights=2 * (151936 * 5120 * 2 + 64 * (5120 * 64 * 128 * 2 + 5120 * 8 * 128 * 2 + 3 * 5120 * 25600)),
+    ),
+    "Qwen--Qwen3-8B-FP8": Case(
+        kv=2 * 36 * 8 * 128 * 2, params=QWEN3_8B, context=40960, quant="fp8",
+        weights=QWEN3_8B + 2 * 151936 * 4096, bits=8 * (QWEN3_8B + 2 * 151936 * 4096) / QWEN3_8B,
+    ),
+    "THUDM--chatglm3-6b": Case(
+        # multi_query_group_num 2 KV groups of kv_channels 128
+        kv=2 * 28 * 2 * 128 * 2, context=8192, bits=16, quant="fp16",
+        params=65024 * 4096 * 2 + 28 * (4096 * 32 * 128 * 2 + 4096 * 2 * 128 * 2 + 3 * 4096 * 13696),
+        weights=2 * (65024 * 4096 * 2 + 28 * (4096 * 32 * 128 * 2 + 4096 * 2 * 128 * 2 + 3 * 4096 * 13696)),
+    ),
+    "THUDM--glm-4-9b": Case(
+        kv=2 * 40 * 2 * 128 * 2, context=8192, bits=16,
+        params=151552 * 4096 * 2 + 40 * (4096 * 32 * 128 * 2 + 4096 * 2 * 128 * 2 + 3 * 4096 * 13696),
+        weights=2 * (151552 * 4096 * 2 + 40 * (4096 * 32 * 128 * 2 + 4096 * 2 * 128 * 2 + 3 * 4096 * 13696)),
+    ),
+    "deepseek-ai--DeepSeek-V2-Lite": Case(
+        # MLA: one latent of kv_lora_rank + qk_rope_head_dim a layer; no q_lora_rank
+        kv=27 * (512 + 64) * 2, context=163840, bits=16,
+        params=102400 * 2048 * 2 + 27 * (2048 * 16 * 192 + 2048 * 576 + 512 * 16 * 256 + 16 * 128 * 2048)
+        + 3 * 2048 * 10944 + 26 * (64 * 3 * 2048 * 1408 + 2048 * 64 + 2 * 3 * 2048 * 1408),
+        weights=2 * (102400 * 2048 * 2 + 27 * (2048 * 16 * 192 + 2048 * 576 + 512 * 16 * 256 + 16 * 128 * 2048)
+                     + 3 * 2048 * 10944 + 26 * (64 * 3 * 2048 * 1408 + 2048 * 64 + 2 * 3 * 2048 * 1408)),
+    ),
+    "deepseek-ai--DeepSeek-V3": Case(
+        # FP8 blocks; embeddings and lm_head bf16. YaRN: 4096 x 40
+        kv=61 * (512 + 64) * 2, params=DEEPSEEK_V3, context=4096 * 40, quant="fp8",
+        weights=DEEPSEEK_V3 + 2 * 129280 * 7168, bits=8 * (DEEPSEEK_V3 + 2 * 129280 * 7168) / DEEPSEEK_V3,
+    ),
+    "moonshotai--Kimi-K2.5": Case(
+        # compressed-tensors int4 in groups of 32 (a bf16 scale each) on the routed experts; the rest bf16
+        kv=61 * (512 + 64) * 2, params=KIMI_K25, context=262144, quant="int4",
+        weights=KIMI_K25_EXPERTS * 9 // 16 + (KIMI_K25 - KIMI_K25_EXPERTS) * 2,
+        bits=(4.5 * KIMI_K25_EXPERTS + 16 * (KIMI_K25 - KIMI_K25_EXPERTS)) / KIMI_K25,
+    ),
+    "google--gemma-2-9b": Case(
+        # fp32 files, loaded at 16 bits
+        kv=2 * 42 * 8 * 256 * 2, context=8192, bits=16, quant="fp32",
+        params=256000 * 3584 + 42 * (3584 * 16 * 256 * 2 + 3584 * 8 * 256 * 2 + 3 * 3584 * 14336),
+        weights=4 * (256000 * 3584 + 42 * (3584 * 16 * 256 * 2 + 3584 * 8 * 256 * 2 + 3 * 3584 * 14336)),
+    ),
+    "google--gemma-3-1b-it": Case(
+        kv=2 * 26 * 1 * 256 * 2, context=32768, bits=16,
+        params=262144 * 1152 + 26 * (1152 * 4 * 256 * 2 + 1152 * 1 * 256 * 2 + 3 * 1152 * 6912),
+        weights=2 * (262144 * 1152 + 26 * (1152 * 4 * 256 * 2 + 1152 * 1 * 256 * 2 + 3 * 1152 * 6912)),
+    ),
+    "google--gemma-3-27b-it": Case(
+        # text_config leaves vocab_size and max_position_embeddings to Gemma3TextConfig (262208, 131072)
+        kv=2 * 62 * 16 * 128 * 2, params=GEMMA3_27B, bits=16, context=131072, weights=GEMMA3_27B * 2,
+    ),
+    "google--medgemma-27b-it": Case(
+        kv=2 * 62 * 16 * 128 * 2, params=GEMMA3_27B, bits=16, context=131072,
+    ),
+    "internlm--internlm2-7b": Case(
+        kv=2 * 32 * 8 * 128 * 2, context=32768, bits=16,
+        params=92544 * 4096 * 2 + 32 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 14336),
+        weights=2 * (92544 * 4096 * 2 + 32 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 14336)),
+    ),
+    "llava-hf--llava-1.5-7b-hf": Case(
+        # text_config leaves the shape to LlamaConfig: 32 layers, 32 heads, 4096 wide, 11008 MLP
+        kv=2 * 32 * 32 * 128 * 2, context=4096, bits=16, quant="fp16",
+        params=32064 * 4096 * 2 + 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)
+        + 24 * (4 * 1024 * 1024 + 2 * 1024 * 4096) + 1024 * 4096 + 4096 * 4096,
+        weights=2 * (32064 * 4096 * 2 + 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)
+                     + 24 * (4 * 1024 * 1024 + 2 * 1024 * 4096) + 1024 * 4096 + 4096 * 4096),
+    ),
+    "meta-llama--Llama-3.2-11B-Vision-Instruct": Case(
+        # 40 layers, 8 of them cross-attention, all counted as caching every token (never under)
+        kv=2 * 40 * 8 * 128 * 2, context=131072, bits=16,
+        params=128256 * 4096 * 2 + 40 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 14336)
+        + 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120) + 7680 * 4096,
+        weights=2 * (128256 * 4096 * 2 + 40 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 14336)
+                     + 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120) + 7680 * 4096),
+    ),
+    "microsoft--Phi-3-mini-128k-instruct": Case(
+        # longrope: max_position_embeddings is already the extended length
+        kv=2 * 32 * 32 * 96 * 2, context=131072, bits=16,
+        params=32064 * 3072 * 2 + 32 * (4 * 3072 * 3072 + 3 * 3072 * 8192),
+        weights=2 * (32064 * 3072 * 2 + 32 * (4 * 3072 * 3072 + 3 * 3072 * 8192)),
+    ),
+    "microsoft--Phi-4-mini-instruct": Case(
+        kv=2 * 32 * 8 * 128 * 2, context=131072, bits=16,
+        params=200064 * 3072 + 32 * (3072 * 24 * 128 * 2 + 3072 * 8 * 128 * 2 + 3 * 3072 * 8192),
+        weights=2 * (200064 * 3072 + 32 * (3072 * 24 * 128 * 2 + 3072 * 8 * 128 * 2 + 3 * 3072 * 8192)),
+    ),
+    "mistralai--Mistral-7B-v0.1": Case(
+        kv=2 * 32 * 8 * 128 * 2, context=32768, bits=16,
+        params=32000 * 4096 * 2 + 32 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 14336),
+        weights=2 * (32000 * 4096 * 2 + 32 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 14336)),
+    ),
+    "mistralai--Mixtral-8x7B-v0.1": Case(
+        kv=2 * 32 * 8 * 128 * 2, context=32768, bits=16,
+        params=32000 * 4096 * 2 + 32 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 8 * 3 * 4096 * 14336 + 4096 * 8),
+        weights=2 * (32000 * 4096 * 2
+                     + 32 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 8 * 3 * 4096 * 14336 + 4096 * 8)),
+    ),
+    "openai--gpt-oss-120b": Case(
+        # MXFP4 experts (4 bits and an 8-bit scale per 32); attention, router, embeddings and head bf16.
+        # YaRN: 4096 x 32
+        kv=2 * 36 * 8 * 64 * 2, params=GPT_OSS_120B, context=4096 * 32, quant="mxfp4",
+        weights=GPT_OSS_120B_EXPERTS * 17 // 32 + (GPT_OSS_120B - GPT_OSS_120B_EXPERTS) * 2,
+        bits=(4.25 * GPT_OSS_120B_EXPERTS + 16 * (GPT_OSS_120B - GPT_OSS_120B_EXPERTS)) / GPT_OSS_120B,
+    ),
+    "openai--gpt-oss-20b": Case(
+        kv=2 * 24 * 8 * 64 * 2, params=GPT_OSS_20B, context=4096 * 32, quant="mxfp4",
+        weights=GPT_OSS_20B_EXPERTS * 17 // 32 + (GPT_OSS_20B - GPT_OSS_20B_EXPERTS) * 2,
+        bits=(4.25 * GPT_OSS_20B_EXPERTS + 16 * (GPT_OSS_20B - GPT_OSS_20B_EXPERTS)) / GPT_OSS_20B,
+    ),
+    "openai-community--gpt2": Case(
+        # n_layer, n_head, n_embd; an ungated MLP of 4 x n_embd; fp32 files with no dtype named
+        kv=2 * 12 * 12 * 64 * 2, context=1024, bits=16, quant="fp32",
+        params=50257 * 768 + 12 * (4 * 768 * 768 + 2 * 768 * 3072),
+        weights=4 * (50257 * 768 + 12 * (4 * 768 * 768 + 2 * 768 * 3072)),
+    ),
+    "tiiuae--falcon-40b": Case(
+        # n_head_kv 8 (vLLM's RWConfig: hidden 8192 is the new decoder architecture); ungated 4x MLP;
+        # the index counts lm_head apart from the tied embeddings (41.8B), 1.3% over this count
+        kv=2 * 60 * 8 * 64 * 2, context=2048, bits=16, artifacts=("original",),
+        params=65024 * 8192 + 60 * (8192 * (128 + 2 * 8) * 64 + 8192 * 8192 + 2 * 8192 * 32768),
+    ),
+    "togethercomputer--RedPajama-INCITE-7B-Base": Case(
+        kv=2 * 32 * 32 * 128 * 2, context=2048, bits=16, quant="fp16",
+        params=50432 * 4096 * 2 + 32 * (4 * 4096 * 4096 + 2 * 4096 * 16384),
+    ),
+    "CohereForAI--aya-23-8B": Case(
+        # CohereConfig ties the embeddings by default
+        kv=2 * 32 * 8 * 128 * 2, context=8192, bits=16, quant="fp16",
+        params=256000 * 4096 + 32 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 14336),
+        weights=2 * (256000 * 4096 + 32 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 14336)),
+    ),
+    "CohereForAI--c4ai-command-r-v01": Case(
+        # the least of max_position_embeddings (8192) and model_max_length (131072), as vLLM takes it
+        kv=2 * 40 * 64 * 128 * 2, context=8192, bits=16, quant="fp16",
+        params=256000 * 8192 + 40 * (4 * 8192 * 8192 + 3 * 8192 * 22528),
+        weights=2 * (256000 * 8192 + 40 * (4 * 8192 * 8192 + 3 * 8192 * 22528)),
+    ),
+    "bartowski--Qwen2-VL-7B-Instruct-GGUF": Case(
+        # the projector (mmproj) is no artifact; the shape is the original's; the file's bits are over the
+        # language model alone, the vision tower being in the projector's file
+        kv=2 * 28 * 4 * 128 * 2, params=QWEN25_7B + QWEN2_VL_VISION, bits=4683072672 * 8 / QWEN25_7B, context=32768,
+        quant="Q4_K_M", artifacts=("Qwen2-VL-7B-Instruct-Q4_K_M.gguf",), config_from="Qwen--Qwen2-VL-7B-Instruct",
+    ),
+}
+# fmt: on
+
+REFUSED = {
+    "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": (
+        "an adapter, not a model: serve its base model 'meta-llama/Llama-3.2-3B'"
+    ),
+}
+"""Repositories that cannot be served as they are, and the line that says so."""

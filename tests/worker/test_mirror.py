@@ -1,0 +1,167 @@
+"""A worker's mirror of the pool: kept from ``pool:changes``, equal to a fresh read, and read afresh when it
+cannot catch up (the stream trimmed past it, Redis restarted under it)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+
+from producer import Client
+from tests.redis_server import RedisServer
+from tests.worker.helpers import drain, hb, request
+from worker import constants as C
+from worker.keys import Keys
+from worker.pool import Held, Mirror, ParsedNode, Snapshot
+from worker.records import NodeRecord, utcnow
+from worker.store import Store
+
+
+def parsed(node_id: str, **kw: object) -> ParsedNode:
+    record = {**hb(node_id, **kw), "received_at": utcnow().isoformat()}  # type: ignore[arg-type]
+    return ParsedNode.of(NodeRecord.model_validate_json(json.dumps(record)))
+
+
+def fresh(r: redis.Redis) -> Snapshot:
+    """The pool as a new worker would read it."""
+    return Store(r, Keys()).snapshot()
+
+
+def view(snap: Snapshot) -> list[tuple[str, int, int]]:
+    return sorted((n.id, n.free_gpus, n.host_free_gb) for n in snap.nodes)
+
+
+def test_changes_applied_in_memory_give_what_a_fresh_pool_gives() -> None:
+    """Pure: nodes joining, changing and leaving, holds written and cleared, against a Snapshot built anew
+    from the same data."""
+    snap = Snapshot("0", {}, {})
+    assert snap.nodes == []
+    snap.put_node("a", parsed("a", gpus=4))
+    snap.put_node("b", parsed("b", gpus=2))
+    snap.set_hold("a", "j1:0:1", Held(2, 0.0, "boot-1"))
+    snap.set_hold("b", "j2:nominated", Held(1, 0.0, "boot-1", nominated=True))
+    snap.put_node("a", parsed("a", gpus=4, free=3, seq=2))  # reports one card busy outside modelplan
+    snap.put_node("c", parsed("c", gpus=8))
+    snap.set_hold("b", "j2:nominated", None)
+    snap.drop_node("c")
+    built = Snapshot("0", dict(snap.records), {n: dict(h) for n, h in snap.held.items()})
+    assert view(snap) == view(built) == [("a", 1, 256), ("b", 2, 256)]
+    assert snap.held == {"a": {"j1:0:1": Held(2, 0.0, "boot-1")}}
+
+
+def test_a_lapsed_heartbeat_leaves_the_mirror_as_its_key_leaves_redis() -> None:
+    mirror = Mirror("1-0", 0)
+    mirror.pool.put_node("a", parsed("a"))
+    mirror.pool.put_node("b", parsed("b"))
+    mirror.expires("a", 1_000)
+    mirror.expires("b", 1_000)
+    mirror.expires("b", 5_000)  # b published again
+    mirror.expire(2_000)
+    assert sorted(mirror.pool.records) == ["b"]
+
+
+@pytest.mark.parametrize(
+    ("info", "continues"),
+    [
+        ({"recorded-first-entry-id": b"5-0", "entries-added": 9, "length": 5}, True),  # ours (10-0) still there
+        ({"recorded-first-entry-id": b"10-0", "entries-added": 9, "length": 5}, True),
+        ({"recorded-first-entry-id": b"11-0", "entries-added": 9, "length": 5}, False),  # trimmed past ours
+        ({"recorded-first-entry-id": b"0-0", "entries-added": 0, "length": 0}, True),
+    ],
+)
+def test_a_mirror_knows_when_the_stream_no_longer_holds_its_next_change(
+    info: dict[str, object], continues: bool
+) -> None:
+    assert Mirror("10-0", 0).continues(info) is continues
+
+
+def test_a_worker_mirror_equals_a_fresh_read_through_a_busy_run(redis_url: str) -> None:
+    client = Client.from_url(redis_url)
+    for i in range(4):
+        client.heartbeat(hb(f"gpu-{i}", gpus=2))
+    mirror = client.store.snapshot()  # the mirror, read in full once
+    jobs = [client.submit(request()) for _ in range(6)]
+    drain(client)
+    client.heartbeat(hb("gpu-0", gpus=2, free=1, seq=2))
+    client.release(jobs[0])
+    client.cancel(jobs[-1]) if client.get(jobs[-1]).state.value == "waiting" else client.release(jobs[-1])
+    drain(client)
+    assert client.store.snapshot() is mirror  # caught up, not read anew
+    assert view(mirror) == view(fresh(client.redis))
+    assert mirror.held == fresh(client.redis).held
+
+
+def test_a_stream_trimmed_under_a_worker_sends_it_back_to_a_full_read(redis_url: str) -> None:
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("gpu-0", gpus=2, free=0))
+    first = client.store.snapshot()
+    client.heartbeat(hb("gpu-0", gpus=2, free=2, seq=2))
+    client.heartbeat(hb("gpu-1", gpus=2, seq=1))
+    client.redis.xtrim(client.keys.pool_changes, maxlen=1, approximate=False)  # gpu-0's change is gone
+    now = client.store.snapshot()
+    assert now is not first
+    assert view(now) == view(fresh(client.redis)) == [("gpu-0", 2, 256), ("gpu-1", 2, 256)]
+
+
+def test_redis_restarted_under_a_warm_mirror(tmp_path: object) -> None:
+    server = RedisServer()
+    server.start()
+    try:
+        client = Client.from_url(server.url)
+        client.heartbeat(hb("old-node", gpus=8))
+        client.submit(request(), job_id="j1")
+        drain(client)
+        assert [n.id for n in client.store.snapshot().nodes] == ["old-node"]
+        server.restart()  # no persistence: everything is gone
+        client.heartbeat(hb("new-node", gpus=1))
+        assert view(client.store.snapshot()) == [("new-node", 1, 256)]
+        assert client.store.snapshot().held == {}
+    finally:
+        server.cleanup()
+
+
+def test_a_node_whose_heartbeat_lapsed_leaves_the_mirror(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(C, "NODE_TTL_MS", 300)
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("brief", gpus=1))
+    store = Store(redis.Redis.from_url(redis_url), client.keys)
+    assert [n.id for n in store.snapshot().nodes] == ["brief"]
+    time.sleep(0.5)
+    assert store.snapshot().nodes == []
+
+
+def test_a_commit_on_a_stale_mirror_fails_and_plans_again(redis_url: str) -> None:
+    """Two workers' mirrors, one a step behind: the card the other took is refused to it by the commit."""
+    a, b = Client.from_url(redis_url), Client.from_url(redis_url)
+    a.heartbeat(hb("gpu-0", gpus=1))
+    a.store.snapshot(), b.store.snapshot()
+    a.submit(request(), job_id="first")
+    drain(a)
+    assert a.get("first").state.value == "placed"
+    stale = b.store.recent_snapshot(60)  # b's mirror, not caught up: the card looks free
+    assert [n.free_gpus for n in stale.nodes] == [1]
+    b.submit(request(), job_id="second")
+    drain(b)
+    assert b.get("second").state.value == "waiting"
+    assert json.loads(a.redis.hget(a.keys.held("gpu-0"), a.get("first").placement[0].hold_id) or b"{}")["gpus"] == 1
+
+
+def test_a_commit_refused_for_a_node_reads_that_node_afresh(redis_url: str) -> None:
+    """A hold written by hand (no entry on ``pool:changes``) is invisible to a warm mirror; the commit that
+    counts on the card is refused, the mirror reads that node again, and the next plan goes elsewhere."""
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("gpu-0", gpus=1))
+    client.heartbeat(hb("gpu-1", gpus=1))
+    client.submit(request("llama-3.1-70b-instruct"), job_id="too-big")  # fits no card: planned, it fails
+    drain(client)  # and the worker's mirror is warm
+    assert client.get("too-big").state.value == "failed"
+    client.redis.hset(client.keys.held("gpu-0"), "other:0:1", json.dumps({"gpus": 1, "host_gb": 0, "boot_id": "b"}))
+    client.redis.sadd(client.keys.held_nodes, "gpu-0")
+    client.submit(request(), job_id="j1")
+    drain(client)
+    placed = client.get("j1")
+    assert placed.state.value == "placed"
+    assert [r.node_id for r in placed.placement] == ["gpu-1"]
+    assert "taken each time" not in placed.reason

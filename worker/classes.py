@@ -1,0 +1,51 @@
+"""Card classes: what a job's holds free when they go, and which freed classes wake a pending job. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from planner import Option
+from planner.decide import class_key
+from planner.options import rank_key
+from worker.keys import CPU_CLASS
+from worker.records import JobRecord
+
+
+def class_of(rec: JobRecord) -> str:
+    """The class a job's holds free, and what a pending job waits for: its best option's card class, or
+    ``cpu``; ``any`` when it has no option now (woken by any class)."""
+    if rec.option is None:
+        return "any"
+    return CPU_CLASS if rec.option.cpu else rec.option.gpu_class
+
+
+def clear_all(rec: JobRecord) -> list[tuple[str, str, str]]:
+    """Every hold of a job, as ``transition``'s ``clear`` list."""
+    cls = class_of(rec)
+    return [(r.node_id, r.hold_id, cls) for r in rec.holds]
+
+
+def hardware_rank(o: Option) -> tuple[object, ...]:
+    """What the ranking puts first, the hardware: CPU or card, cards, nodes, precision. Whether it is free
+    now, and the room left, only break ties within it."""
+    return rank_key(o)[:4]
+
+
+def waits_on(rec: JobRecord, alternatives: Sequence[Option]) -> str:
+    """The classes whose freed capacity a pending job is woken by, comma-joined as ``pending:for`` holds
+    them: every class of an option ranked equal to its best on the hardware, since freed capacity there
+    makes that option the best (free now breaks the tie); with a fallback, every class it can run on;
+    ``any`` when it has no option."""
+    best = rec.option
+    if best is None:
+        return "any"
+    same = [o for o in alternatives if rec.request.fallback or hardware_rank(o) == hardware_rank(best)]
+    return ",".join(sorted({class_key(o) for o in (best, *same)}))
+
+
+def woken(pending_for: str | None, freed: set[str]) -> bool:
+    """Whether a job pending on ``pending_for`` is woken by capacity freed in the ``freed`` classes."""
+    if pending_for is None:
+        return True
+    wants = set(pending_for.split(","))
+    return "any" in wants or bool(wants & {c for f in freed for c in f.split(",")})

@@ -1,0 +1,341 @@
+"""The pool as plans see it, in memory: each live node as its agent reports it, the holds on it, and what
+a plan may count as free. Pure: ``worker.store`` reads it from Redis and writes commits; this module only
+holds and adjusts what was read.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from planner import PoolNode
+from worker.errors import BadRecord
+from worker.keys import Keys, job_of_hold
+from worker.records import NodeRecord, read_record
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One hold on one node, as stored in ``held:{node}``."""
+
+    gpus: int
+    host_gb: float
+    boot_id: str
+    nominated: bool = False
+    unreadable: str = ""
+    """Why the stored hold could not be read, if it could not: it then counts as holding every card and
+    all host memory of its node (``UNREADABLE``), since which it held is unknown."""
+
+    @staticmethod
+    def parse(value: bytes | str) -> Held:
+        """A stored hold; ``UNREADABLE`` (with the reason) for one that does not parse."""
+        try:
+            d = json.loads(value)
+            gpus, host_gb = d["gpus"], d["host_gb"]
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (gpus, host_gb)):
+                raise ValueError("gpus and host_gb must be numbers")
+            if not (0 <= gpus <= UNREADABLE.gpus and 0 <= host_gb <= UNREADABLE.host_gb):
+                raise ValueError("gpus or host_gb out of range")
+            return Held(int(gpus), float(host_gb), str(d.get("boot_id", "")), bool(d.get("nominated", False)))
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
+            why = str(e) if isinstance(e, ValueError) and not isinstance(e, json.JSONDecodeError) else "not JSON"
+            return replace(UNREADABLE, unreadable=f"hold does not parse ({why[:80]})")
+
+
+UNREADABLE = Held(gpus=1 << 20, host_gb=float(1 << 40), boot_id="", unreadable="hold does not parse")
+"""A hold that cannot be read: more cards and memory than any node has, so none of its node counts free."""
+
+
+@dataclass(frozen=True, slots=True)
+class HoldSpec:
+    """A hold to write: on ``node_id``, named ``hold_id``."""
+
+    node_id: str
+    hold_id: str
+    gpus: int = 0
+    host_gb: float = 0.0
+    nominated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedNode:
+    """A node's stored heartbeat, validated once, with what plans read of it."""
+
+    record: NodeRecord
+    reported: PoolNode
+    """The node as its agent reports it, before any hold is counted."""
+    started: frozenset[str]
+
+    @staticmethod
+    def of(record: NodeRecord) -> ParsedNode:
+        return ParsedNode(record, record.to_pool_node(), frozenset(record.started))
+
+
+class ParseCache:
+    """Parsed values by the raw bytes they were parsed from, kept by a process across snapshots.
+
+    A worker reads every node's heartbeat for every plan, but a node's stored bytes change only when it
+    publishes (every 5 s), so nearly every read is of bytes already validated: the same bytes parse to the
+    same value, so the cached one is exact. Kept to about the size of the latest reads, so a pool that
+    shrinks does not keep what it lost."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[bytes, ParsedNode] = {}
+        self.bad_nodes: dict[bytes, BadRecord] = {}
+        self.holds: dict[bytes, Held] = {}
+        self.node_keys: dict[str, dict[str, str]] = {}
+        """``Keys.node`` of each node id, by prefix: the key checks its id, and a pool is read often."""
+
+    def node_keys_of(self, keys: Keys, ids: Sequence[str]) -> list[str]:
+        known = self.node_keys.setdefault(keys.prefix, {})
+        if len(known) > 2 * len(ids) + PARSE_CACHE_SLACK:
+            known.clear()
+        out = []
+        for i in ids:
+            key = known.get(i)
+            if key is None:
+                key = known[i] = keys.node(i)
+            out.append(key)
+        return out
+
+    def node(self, raw: bytes, key: str) -> ParsedNode:
+        """The node a stored heartbeat holds; ``BadRecord`` for one that does not parse (remembered, so
+        that it is not parsed again while its bytes stay the same)."""
+        got = self.nodes.get(raw)
+        if got is None:
+            bad = self.bad_nodes.get(raw)
+            if bad is not None:
+                raise BadRecord(key, bad.what, raw, newer=bad.newer)
+            try:
+                got = self.nodes[raw] = ParsedNode.of(read_record(NodeRecord, raw, key))
+            except BadRecord as e:
+                self.bad_nodes[raw] = e
+                raise
+        return got
+
+    def hold(self, raw: bytes) -> Held:
+        got = self.holds.get(raw)
+        if got is None:
+            got = self.holds[raw] = Held.parse(raw)
+        return got
+
+    def trim(self, node_raws: Sequence[bytes | None]) -> None:
+        """Drop what the latest read no longer holds once the cache has grown well past it."""
+        live = len(node_raws)
+        if len(self.nodes) > 2 * live + PARSE_CACHE_SLACK:
+            self.nodes = {raw: self.nodes[raw] for raw in node_raws if raw is not None and raw in self.nodes}
+        if len(self.holds) > PARSE_CACHE_SLACK:
+            self.holds = {}
+        if len(self.bad_nodes) > PARSE_CACHE_SLACK:
+            self.bad_nodes = {}
+
+
+PARSE_CACHE_SLACK = 10_000
+"""Entries a parse cache may hold past twice the pool before it is trimmed: hold values repeat (the same
+cards, boot and flags), so their cache stays small and is simply dropped past this."""
+
+parse_cache = ParseCache()
+"""This process's parse cache, kept across snapshots."""
+
+
+class Snapshot:
+    """The pool as plans see it: each live node, and what is free on it.
+
+    Free is what the agent reports less what placed jobs hold there that the agent does not show yet
+    (holds not in its ``started``), and less the cards nominated for a waiting job: a card is never
+    counted free twice, and a card taken by something outside modelplan stays taken. A job sees its own
+    nomination as free for it (``nodes_for``).
+
+    A plan reads the pool once per attempt and a worker plans hundreds of times a second, so what does not
+    change between plans is worked out once: a node with nothing held on it is the node as reported, and
+    the nodes as anyone sees them are kept, to be adjusted only where a job's own nomination lies and
+    where a commit (``apply``) changes what is held.
+    """
+
+    __slots__ = ("_index", "_nominated", "_plain", "_reported", "_started", "epoch", "held", "records")
+
+    def __init__(
+        self,
+        epoch: str,
+        records: dict[str, NodeRecord],
+        held: dict[str, dict[str, Held]],
+        parsed: dict[str, ParsedNode] | None = None,
+    ) -> None:
+        self.epoch = epoch
+        self.records = records
+        self.held = held
+        if parsed is None:
+            parsed = {node_id: ParsedNode.of(r) for node_id, r in records.items()}
+        self._reported = {node_id: p.reported for node_id, p in parsed.items()}
+        self._started = {node_id: p.started for node_id, p in parsed.items()}
+        self._index = {node_id: i for i, node_id in enumerate(records)}
+        self._plain: list[PoolNode] | None = None
+        self._nominated: dict[str, list[tuple[str, str, int]]] | None = None
+
+    @property
+    def nodes(self) -> list[PoolNode]:
+        """The nodes as any plan sees them (no job's nomination counted as free)."""
+        return self.nodes_for(None)
+
+    def nodes_for(self, job_id: str | None) -> list[PoolNode]:
+        """The nodes as a plan for ``job_id`` sees them (its own nomination counted as free)."""
+        out = list(self._plain_nodes())
+        for node_id in {node_id for node_id, _, _ in self._nominations().get(job_id or "", [])}:
+            i = self._index.get(node_id)
+            if i is not None:
+                out[i] = self._pool_node(node_id, job_id)
+        return out
+
+    def held_for_others(self, job_id: str) -> dict[str, int]:
+        """Cards nominated on each node for jobs other than ``job_id``."""
+        out: dict[str, int] = {}
+        for holds in self._nominations().values():
+            for node_id, job, gpus in holds:
+                if job != job_id:
+                    out[node_id] = out.get(node_id, 0) + gpus
+        return {node_id: out[node_id] for node_id in self.held if out.get(node_id)}
+
+    def _nominations(self) -> dict[str, list[tuple[str, str, int]]]:
+        """Each job's nominated holds: ``(node, job, cards)``."""
+        if self._nominated is None:
+            by: dict[str, list[tuple[str, str, int]]] = {}
+            for node_id, holds in self.held.items():
+                for hid, h in holds.items():
+                    if h.nominated:
+                        job = job_of_hold(hid)
+                        by.setdefault(job, []).append((node_id, job, h.gpus))
+            self._nominated = by
+        return self._nominated
+
+    def _plain_nodes(self) -> list[PoolNode]:
+        if self._plain is None:
+            held = self.held
+            self._plain = [
+                self._pool_node(node_id, None) if held.get(node_id) else node
+                for node_id, node in self._reported.items()
+            ]
+        return self._plain
+
+    def _pool_node(self, node_id: str, job_id: str | None) -> PoolNode:
+        node = self._reported[node_id]
+        started = self._started[node_id]
+        unseen = [
+            h
+            for hid, h in self.held.get(node_id, {}).items()
+            if hid not in started and not (h.nominated and job_of_hold(hid) == job_id)
+        ]
+        if not unseen:
+            return node
+        free = max(0, node.free_gpus - sum(h.gpus for h in unseen))
+        host_free = max(0, int(node.host_free_gb - sum(h.host_gb for h in unseen)))
+        return replace(node, free_gpus=free, host_free_gb=host_free)
+
+    def apply(self, written: Sequence[HoldSpec], cleared: Sequence[tuple[str, str, str]]) -> None:
+        """Count a commit just made, so that the next plan against this snapshot sees it."""
+        touched: set[str] = set()
+        for node_id, hid, _ in cleared:
+            self.held.get(node_id, {}).pop(hid, None)
+            touched.add(node_id)
+        for h in written:
+            rec = self.records.get(h.node_id)
+            boot = rec.boot_id if rec else ""
+            self.held.setdefault(h.node_id, {})[h.hold_id] = Held(h.gpus, h.host_gb, boot, h.nominated)
+            touched.add(h.node_id)
+        self._nominated = None
+        if self._plain is not None:
+            for node_id in touched:
+                i = self._index.get(node_id)
+                if i is not None:
+                    self._plain[i] = self._pool_node(node_id, None)
+
+    # --- kept up to date from the pool's change stream (``worker.store``'s mirror) --------------------------
+
+    def copy(self) -> Snapshot:
+        """A snapshot of its own, to plan on as if something had happened that has not yet."""
+        parsed = {n: ParsedNode(self.records[n], self._reported[n], self._started[n]) for n in self.records}
+        return Snapshot(self.epoch, dict(self.records), {n: dict(h) for n, h in self.held.items()}, parsed)
+
+    def put_node(self, node_id: str, parsed: ParsedNode) -> None:
+        """A node's new heartbeat: it joins the pool, or what it reports changes."""
+        self.records[node_id] = parsed.record
+        self._reported[node_id] = parsed.reported
+        self._started[node_id] = parsed.started
+        i = self._index.get(node_id)
+        if i is None:
+            self._index[node_id] = len(self._index)
+            if self._plain is not None:
+                self._plain.append(self._pool_node(node_id, None))
+        elif self._plain is not None:
+            self._plain[i] = self._pool_node(node_id, None)
+
+    def drop_node(self, node_id: str) -> None:
+        """A node that left the pool (its heartbeat lapsed, or it was dropped from the index)."""
+        if node_id not in self.records:
+            return
+        del self.records[node_id], self._reported[node_id], self._started[node_id]
+        self._index = {n: i for i, n in enumerate(self.records)}
+        self._plain = None
+
+    def set_hold(self, node_id: str, hold_id: str, held: Held | None) -> None:
+        """A hold written (or, with None, cleared) on a node."""
+        holds = self.held.setdefault(node_id, {})
+        if held is None:
+            holds.pop(hold_id, None)
+        else:
+            holds[hold_id] = held
+        if not holds:
+            del self.held[node_id]
+        self._nominated = None
+        i = self._index.get(node_id)
+        if i is not None and self._plain is not None:
+            self._plain[i] = self._pool_node(node_id, None)
+
+
+NEVER = 1 << 62
+"""When a node with no TTL lapses (a record written by hand): never."""
+
+
+def stream_id(value: str) -> tuple[int, int]:
+    ms, _, seq = value.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class Mirror:
+    """A worker's pool in memory: the pool as plans see it (``pool``), how far it has read ``pool:changes``
+    (``last_id``), and when each node's heartbeat lapses, by the Redis server's clock. ``worker.store``
+    reads Redis and feeds it; this only keeps it."""
+
+    def __init__(self, last_id: str, server_ms: int) -> None:
+        self.last_id = last_id
+        self.read_at = 0.0
+        """When it was last brought up to date (this process's monotonic clock)."""
+        self.pool = Snapshot("0", {}, {})
+        self._lapses: dict[str, int] = {}
+        self._heap: list[tuple[int, str]] = []
+
+    def continues(self, info: dict[str, Any]) -> bool:
+        """Whether ``pool:changes`` (as ``XINFO STREAM`` describes it) still holds every change past
+        ``last_id``: False when it was trimmed past it, or made anew (a Redis restart lost it)."""
+        first = info.get("recorded-first-entry-id")
+        if self.last_id == "0-0":
+            return bool(info.get("entries-added", 0) == info.get("length", 0))
+        if first is None:
+            return False
+        first_id = first.decode() if isinstance(first, bytes) else str(first)
+        return first_id == "0-0" or stream_id(first_id) <= stream_id(self.last_id)
+
+    def expires(self, node_id: str, at_ms: int) -> None:
+        self._lapses[node_id] = at_ms
+        heapq.heappush(self._heap, (at_ms, node_id))
+
+    def expire(self, server_ms: int) -> None:
+        """Leave out every node whose heartbeat has lapsed by ``server_ms``, as its key has in Redis."""
+        heap = self._heap
+        while heap and heap[0][0] <= server_ms:
+            at, node_id = heapq.heappop(heap)
+            if self._lapses.get(node_id) == at:
+                del self._lapses[node_id]
+                self.pool.drop_node(node_id)

@@ -1,0 +1,138 @@
+"""Reading the pool from Redis into a worker's mirror (``worker.pool.Mirror``): the whole of it, what
+changed since the mirror's last read (``pool:changes``), or one node afresh."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from worker import constants as C
+from worker.errors import BadRecord
+from worker.keys import ID_PATTERN
+from worker.pool import NEVER, Mirror, ParsedNode, Snapshot, parse_cache
+from worker.records import NodeRecord, read_record
+from worker.scripts import text
+
+if TYPE_CHECKING:
+    from worker.store import Store
+
+
+def full_read(store: Store) -> Mirror:
+    """The whole pool, in two round trips, with where ``pool:changes`` stood just before it."""
+    k = store.keys
+    with store.redis.pipeline(transaction=True) as pipe:
+        pipe.xrevrange(k.pool_changes, count=1)
+        pipe.zrange(k.nodes, 0, -1)
+        pipe.get(k.epoch)
+        pipe.smembers(k.held_nodes)
+        pipe.time()
+        last, ids_raw, epoch, held_nodes, (secs, micros) = pipe.execute()
+    server_ms = secs * 1000 + micros // 1000
+    cache = parse_cache
+    ids = store.valid_ids(ids_raw, k.nodes, "a node id", "left out of the pool")
+    held_ids = sorted(store.valid_ids(held_nodes, k.held_nodes, "a node id", "skipped"))
+    with store.redis.pipeline(transaction=False) as pipe:
+        if ids:
+            node_keys = cache.node_keys_of(k, ids)
+            pipe.mget(node_keys)
+            for key in node_keys:
+                pipe.pttl(key)
+        for n in held_ids:
+            pipe.hgetall(k.held(n))
+        replies = pipe.execute()
+    raws = replies.pop(0) if ids else []
+    ttls, replies = replies[: len(ids)], replies[len(ids) :]
+    parsed: dict[str, ParsedNode] = {}
+    mirror = Mirror(text(last[0][0]) if last else "0-0", server_ms)
+    for i, raw, ttl in zip(ids, raws, ttls, strict=True):
+        if raw:
+            try:
+                parsed[i] = cache.node(raw, k.node(i))
+            except BadRecord as e:
+                store.report_bad(e, "left out of the pool")
+                continue
+            mirror.expires(i, server_ms + max(int(ttl), 0) if int(ttl) != -1 else NEVER)
+    held = {n: store.holds_of(n, h) for n, h in zip(held_ids, replies, strict=True)}
+    cache.trim(raws)
+    records = {i: p.record for i, p in parsed.items()}
+    mirror.pool = Snapshot(text(epoch) if epoch is not None else "0", records, held, parsed)
+    return mirror
+
+
+def catch_up(store: Store, mirror: Mirror) -> bool:
+    """Apply to ``mirror`` what ``pool:changes`` holds past it; False when it cannot (the stream was
+    trimmed past it, or is gone, or holds more than one read takes)."""
+    k = store.keys
+    with store.redis.pipeline(transaction=False) as pipe:
+        pipe.xinfo_stream(k.pool_changes)
+        pipe.xrange(k.pool_changes, min="(" + mirror.last_id, count=C.MIRROR_BATCH)
+        pipe.get(k.epoch)
+        pipe.time()
+        info, entries, epoch, (secs, micros) = pipe.execute(raise_on_error=False)
+    if isinstance(info, Exception):  # no stream: nothing has changed since a pool with none, or it was lost
+        if mirror.last_id != "0-0" or isinstance(entries, Exception) or entries:
+            return False
+        info = {}
+    elif not mirror.continues(info):
+        return False
+    if isinstance(entries, Exception) or len(entries) >= C.MIRROR_BATCH:
+        return False
+    pool = mirror.pool
+    for entry_id, fields in entries:
+        _apply_change(store, mirror, text(entry_id), fields)
+    mirror.expire(secs * 1000 + micros // 1000)
+    pool.epoch = text(epoch) if epoch is not None else "0"
+    return True
+
+
+def reread_node(store: Store, mirror: Mirror, node_id: str) -> None:
+    """Read one node's heartbeat and holds afresh into the mirror: a commit found the mirror wrong
+    about it (a change that never went onto ``pool:changes``, such as a record written by hand)."""
+    if not ID_PATTERN.fullmatch(node_id):
+        return
+    k = store.keys
+    with store.redis.pipeline(transaction=True) as pipe:
+        pipe.get(k.node(node_id))
+        pipe.pttl(k.node(node_id))
+        pipe.hgetall(k.held(node_id))
+        pipe.time()
+        raw, ttl, held, (secs, micros) = pipe.execute()
+    pool = mirror.pool
+    for hid in list(pool.held.get(node_id, {})):
+        pool.set_hold(node_id, hid, None)
+    for hid, h in store.holds_of(node_id, held).items():
+        pool.set_hold(node_id, hid, h)
+    try:
+        parsed = parse_cache.node(raw, k.node(node_id)) if raw else None
+    except BadRecord as e:
+        store.report_bad(e, "left out of the pool")
+        parsed = None
+    if parsed is None:
+        pool.drop_node(node_id)
+        return
+    pool.put_node(node_id, parsed)
+    server_ms = secs * 1000 + micros // 1000
+    mirror.expires(node_id, server_ms + int(ttl) if int(ttl) >= 0 else NEVER)
+
+
+def _apply_change(store: Store, mirror: Mirror, entry_id: str, fields: dict[Any, Any]) -> None:
+    k, pool = store.keys, mirror.pool
+    mirror.last_id = entry_id
+    node_id = text(fields.get(b"n", b""))
+    if not ID_PATTERN.fullmatch(node_id):
+        return
+    if b"r" in fields:
+        try:
+            parsed = ParsedNode.of(read_record(NodeRecord, fields[b"r"], k.node(node_id)))
+        except BadRecord as e:
+            store.report_bad(e, "left out of the pool")
+            pool.drop_node(node_id)
+            return
+        pool.put_node(node_id, parsed)
+        mirror.expires(node_id, int(entry_id.split("-", 1)[0]) + int(text(fields.get(b"t", b"0")) or 0))
+    elif b"gone" in fields:
+        pool.drop_node(node_id)
+    elif b"h" in fields:
+        value = fields.get(b"v", b"")
+        held = store.holds_of(node_id, {fields[b"h"]: value}) if value else {text(fields[b"h"]): None}
+        for hid, h in held.items():
+            pool.set_hold(node_id, hid, h)

@@ -1,0 +1,109 @@
+"""Waking pending jobs: one pass re-plans those that freed capacity could serve, in priority then arrival
+order, and holds cards for the job at the head of each class."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from planner.decide import Hold, JobPlan, nominate, same_layout, take
+from worker import constants as C
+from worker import logs, metrics
+from worker.classes import woken
+from worker.errors import BadRecord
+from worker.planning import Change, change_for, commit, nominated_cards, plan_for, readable_job
+from worker.pool import Snapshot
+from worker.records import JobRecord, utcnow
+from worker.scripts import text
+from worker.store import Store
+
+log = logs.get_logger("modelplan.worker")
+
+
+def _unchanged(rec: JobRecord, change: Change) -> bool:
+    """Whether a change only restates the record (same target, replicas, nomination): not worth a write."""
+    new = change.new
+    if change.holds_change and not _only_same_nomination(rec, change):
+        return False
+    return (
+        new.state is rec.state
+        and same_layout(new.option, rec.option)
+        and [(r.index, r.state) for r in new.replicas] == [(r.index, r.state) for r in rec.replicas]
+        and [r.wait.kind if r.wait else None for r in new.replicas]
+        == [r.wait.kind if r.wait else None for r in rec.replicas]
+    )
+
+
+def _only_same_nomination(rec: JobRecord, change: Change) -> bool:
+    old, new = rec.nomination, change.new.nomination
+    if old is None or new is None or nominated_cards(old.holds) != nominated_cards(new.holds):
+        return False
+    return all(h.nominated for h in change.place) and {c[1] for c in change.clear} == {old.holds[0].hold_id}
+
+
+def wake_pass(store: Store, full: bool = False) -> int:
+    """Re-plan the pending jobs that freed capacity could serve, in priority then arrival order; place
+    those that now fit, move fallbacks onto their best, and hold cards for the job at the head of each
+    class. Returns how many replicas were placed or moved."""
+    classes = store.take_wake()
+    full = full or "*" in classes
+    ids = store.pending_ids()
+    if not ids:
+        return 0
+    pending_for = store.redis.hmget(store.keys.pending_for, ids)
+    wanted = [
+        j for j, c in zip(ids, pending_for, strict=True) if full or woken(None if c is None else text(c), classes)
+    ]
+    snap = store.snapshot()
+    moved = 0
+    heads: set[str] = set()
+    for job_id, rec in zip(wanted, store.jobs(wanted), strict=True):
+        if isinstance(rec, BadRecord):
+            store.fail_unreadable_job(job_id, rec)
+            continue
+        if rec is None or not rec.pending:
+            continue
+        for _ in range(2):
+            plan = plan_for(rec, snap)
+            nomination, lapsed = _nomination(rec, plan, snap, heads)
+            change = change_for(rec, plan, nomination, lapsed=lapsed)
+            if _unchanged(rec, change):
+                break
+            code, new = commit(store, rec, change, snap)
+            if new is not None:
+                moved += len(change.place) - len(nomination or ())
+                nodes = {h.node_id for h in change.place if not h.nominated} & snap.records.keys()
+                metrics.wake_latencies((snap.records[n].received_at for n in nodes), new.updated_at)
+                break
+            if code in ("stale", "gone"):
+                break
+            snap = store.snapshot()
+            fresh = readable_job(store, rec.job_id)
+            if fresh is None or not fresh.pending:
+                break
+            rec = fresh
+    log.info("wake_pass", classes=sorted(classes), full=full, considered=len(wanted), moved=moved)
+    return moved
+
+
+def _nomination(rec: JobRecord, plan: JobPlan, snap: Snapshot, heads: set[str]) -> tuple[tuple[Hold, ...] | None, bool]:
+    """The cards to hold for ``rec`` if it is the first job of its class in this pass still waiting for
+    its best option (None otherwise), and whether its hold lapses now: held past its time with no card
+    freeing into it. A job whose hold lapsed is not held for again until as long has passed, so that the
+    cards it sat on serve others meanwhile."""
+    target = plan.target
+    if target is None or target.cpu or plan.outcome == "failed":
+        return None, False
+    if not any(r.state != "placed" for r in plan.replicas) or target.gpu_class in heads:
+        return None, False
+    now = utcnow()
+    if rec.hold_lapsed_at is not None and now < rec.hold_lapsed_at + timedelta(seconds=C.NOMINATION_S):
+        return None, False
+    heads.add(target.gpu_class)
+    view = take(snap.nodes_for(rec.job_id), [h for r in plan.replicas if r.moved for h in r.holds])
+    holds = nominate(target, view)
+    old = rec.nomination
+    if old is not None and old.until <= now and nominated_cards(old.holds) == {h.node_id: h.gpus for h in holds}:
+        log.info("nomination_lapsed", job_id=rec.job_id, nodes=sorted(nominated_cards(old.holds)))
+        return None, True
+    # nothing free to hold yet: the first card that frees wakes this pass again, and is held then
+    return (holds if sum(h.gpus for h in holds) else None), False
