@@ -6,6 +6,7 @@ from __future__ import annotations
 from planner.configs import supported_model_types
 from planner.constants import DEFAULT_CONTEXT
 from planner.errors import InvalidInput, ModelplanError
+from planner.estimate import DEFAULT_ESTIMATE, ESTIMATES, Estimate
 from planner.model import ORIGINAL, Artifact, Option, PoolNode, Shape
 from planner.options import classes, options, quality, rank, rank_key
 from planner.pool import NodeReport, parse_node, parse_pool, pool_nodes
@@ -30,17 +31,23 @@ def check_context(shape: Shape, context: int, source: str = "request") -> int:
     return context
 
 
-def plan(repo: Repository, nodes: list[PoolNode], context: int = DEFAULT_CONTEXT) -> list[Option]:
-    """Every way the repository's artifacts could run on ``nodes``, best first."""
-    return options(repo.artifacts, repo.shape, nodes, check_context(repo.shape, context))
+def plan(
+    repo: Repository, nodes: list[PoolNode], context: int = DEFAULT_CONTEXT, estimate: Estimate = DEFAULT_ESTIMATE
+) -> list[Option]:
+    """Every way the repository's artifacts could run on ``nodes``, best first, each card's need counted by
+    ``estimate``."""
+    return options(repo.artifacts, repo.shape, nodes, check_context(repo.shape, context), estimate)
 
 
 __all__ = [
     "DEFAULT_CONTEXT",
+    "DEFAULT_ESTIMATE",
+    "ESTIMATES",
     "MAX_CONTEXT",
     "ORIGINAL",
     "QUANT_BITS",
     "Artifact",
+    "Estimate",
     "InvalidInput",
     "ModelplanError",
     "NodeReport",

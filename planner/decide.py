@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from planner.constants import HOST_SHARE, card_budget_gb, gguf_overhead_bytes, gib, vllm_overhead_bytes
+from planner.constants import HOST_SHARE, card_budget_gb, gib
+from planner.estimate import DEFAULT_ESTIMATE, Estimate, engine_shape, llamacpp_host, llamacpp_split, vllm_split
 from planner.model import Artifact, Option, PoolNode, Shape
 from planner.options import classes, options
 from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_kv_spread, vllm_tp_allowed
@@ -210,6 +211,7 @@ def plan_job(
     running: Sequence[Running] = (),
     ever_fit: bool = False,
     held_for_others: Mapping[str, int] | None = None,
+    estimate: Estimate = DEFAULT_ESTIMATE,
 ) -> JobPlan:
     """Plan every replica of a job against ``nodes`` (what is free for this job).
 
@@ -217,12 +219,13 @@ def plan_job(
     on a fallback, then the highest-numbered; new ones are numbered after the highest. Each other
     replica is placed on the best option if it is free now; else, with ``fallback``, it keeps (or takes)
     the best option that is free now; else it waits. ``ever_fit`` says an earlier plan found an option: such
-    a job waits, rather than fails, when the pool no longer holds it.
+    a job waits, rather than fails, when the pool no longer holds it. ``estimate`` says how an engine's own
+    cost is counted.
     """
     kept, dropped = _scale(running, replicas)
-    ranked = tuple(options(artifacts, shape, nodes, context))
+    ranked = tuple(options(artifacts, shape, nodes, context, estimate))
     if not ranked:
-        why = why_unfit(artifacts, shape, nodes, context)
+        why = why_unfit(artifacts, shape, nodes, context, estimate)
         if not ever_fit and not any(r.holds for r in kept):
             return JobPlan("failed", None, (), (), dropped, why)
         gone = Wait("gone", None, (), (), f"no node in the pool can hold it now ({why}); waiting for one")
@@ -300,7 +303,13 @@ def _reason(target: Option, plans: Sequence[ReplicaPlan]) -> str:
     return "; ".join(parts) + (f"; {waiting.text}" if waiting else "")
 
 
-def why_unfit(artifacts: Sequence[Artifact], shape: Shape, nodes: Sequence[PoolNode], context: int) -> str:
+def why_unfit(
+    artifacts: Sequence[Artifact],
+    shape: Shape,
+    nodes: Sequence[PoolNode],
+    context: int,
+    estimate: Estimate = DEFAULT_ESTIMATE,
+) -> str:
     """What was too large for what, for a request with no option at all."""
     if not nodes:
         return "no node in the pool"
@@ -315,19 +324,23 @@ def why_unfit(artifacts: Sequence[Artifact], shape: Shape, nodes: Sequence[PoolN
             widest = max(pools, key=lambda c: (c.max_gpus * c.mem_gb, c.gpu_class))
             w = widest.max_gpus
             if a.format == "gguf":
-                per = gib((weights + kv) // w + gguf_overhead_bytes(weights // w))
+                need = llamacpp_split(
+                    weights, kv, w, engine_shape(shape, gguf=True), context=context, estimate=estimate
+                )
             else:
                 w = 1 << (w.bit_length() - 1)
                 while w > 1 and not vllm_tp_allowed(shape, w):
                     w //= 2
                 spread = vllm_kv_spread(shape, kv, w)
-                per = gib((weights + spread) // w + vllm_overhead_bytes(weights // w))
+                need = vllm_split(weights, spread, engine_shape(shape), tp=w, context=context, estimate=estimate)
+            per = gib(need.total)
             cards = f"needs {per:.1f} GiB a card on {w} × {widest.gpu_class} of {widest.budget_gb:.1f}"
         else:
             cards = "no node has a card"
         part = f"{head}: {cards}"
         if a.format == "gguf":
-            total = gib(weights + kv + gguf_overhead_bytes(weights))
+            host = llamacpp_host(weights, kv, engine_shape(shape, gguf=True), context=context, estimate=estimate)
+            total = gib(host.total)
             part += f"; {total:.1f} GiB of RAM on the CPU, the largest node offers {ram:.1f}"
         parts.append(part)
     return "nothing in the pool can hold it: " + " | ".join(parts)

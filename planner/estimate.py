@@ -14,7 +14,7 @@ Both count the KV cache for ``context`` tokens of one sequence, as the planner a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from planner.constants import (
@@ -46,6 +46,7 @@ from planner.constants import (
     gguf_overhead_bytes,
     vllm_overhead_bytes,
 )
+from planner.model import Shape
 
 Estimate = Literal["measured", "seed"]
 ESTIMATES: tuple[Estimate, ...] = get_args(Estimate)
@@ -88,6 +89,18 @@ class Need:
     @property
     def total(self) -> int:
         return self.weights + self.kv + self.engine
+
+
+def engine_shape(shape: Shape, *, gguf: bool = False) -> EngineShape:
+    """What the measured estimate reads of ``shape``. A GGUF's vision tower is in its ``mmproj`` file,
+    which llama.cpp loads only when asked, so it is no part of a GGUF replica."""
+    return EngineShape(
+        layers=shape.layers,
+        hidden=shape.hidden,
+        vocab=shape.vocab,
+        moe=shape.experts > 0,
+        multimodal=shape.vision_params > 0 and not gguf,
+    )
 
 
 def _need(weights: int, kv: int, parts: tuple[tuple[str, int], ...], thin: tuple[str, ...] = ()) -> Need:
@@ -260,3 +273,16 @@ def vllm_split(
     cards = tp * pp
     share = weights // cards
     return vllm_card(share, (weights + kv) // cards - share, shape, tp=tp, pp=pp, estimate=estimate, context=context)
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    """How an option's need is counted: the estimate, the model as it reads it, and the context."""
+
+    estimate: Estimate = DEFAULT_ESTIMATE
+    shape: EngineShape = field(default_factory=EngineShape)
+    context: int = 0
+
+    def margin(self, need: Need) -> str:
+        """Where the data behind ``need`` are thin, for the option to say."""
+        return ", ".join(need.thin)

@@ -156,4 +156,18 @@ def shape_from_gguf(header: GgufHeader, source: str) -> Shape:
         kv_heads=kv_heads,
         params=header.params,
         max_context=max_context,
+        layers=layers,
+        hidden=_count(meta.get(f"{arch}.embedding_length")),
+        vocab=_count(meta.get(f"{arch}.vocab_size", meta.get("tokenizer.ggml.tokens"))),
+        experts=_count(meta.get(f"{arch}.expert_count")),
     )
+
+
+def _count(value: Any) -> int:
+    """A size the measured estimate reads, 0 where the header has none: a count, or the length of an array
+    (the vocabulary, whose strings are skipped and only counted)."""
+    if isinstance(value, list):
+        value = len(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1 << 24:
+        return 0
+    return value

@@ -80,6 +80,12 @@ class Shape:
     vision_params: int = 0
     """Of ``params``, the vision tower's and projector's: a GGUF keeps them apart, in its ``mmproj`` file,
     so a GGUF's bits per weight are over the rest."""
+    layers: int = 0
+    hidden: int = 0
+    vocab: int = 0
+    experts: int = 0
+    """The language model's layers, hidden size, vocabulary and routed experts (0 for a dense model), which
+    size the engines' own cost in the measured estimate (``planner.estimate``); 0 is unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +127,10 @@ class Option:
     """Whether one node (or enough, together) could run it right now."""
     bits_per_weight: float = 0.0
     """The artifact's precision, 0 when unknown."""
+    estimate: str = ""
+    """How ``need_gb`` was counted: ``measured`` or ``seed`` (``planner.estimate``)."""
+    margin: str = ""
+    """Where the data behind the estimate are thin, so that it keeps a margin; empty where they are not."""
 
     @property
     def gpus(self) -> int:
@@ -155,6 +165,10 @@ class Option:
         out["free_now"] = self.free_now
         if self.bits_per_weight:
             out["bits_per_weight"] = self.bits_per_weight
+        if self.estimate:
+            out["estimate"] = self.estimate
+        if self.margin:
+            out["margin"] = self.margin
         return out
 
     @classmethod

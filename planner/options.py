@@ -19,20 +19,34 @@ from planner.constants import (
     QUALITY_CAP,
     card_budget_gb,
     fits,
-    gguf_overhead_bytes,
     gib,
-    vllm_overhead_bytes,
+)
+from planner.estimate import (
+    DEFAULT_ESTIMATE,
+    Estimate,
+    Need,
+    Sizing,
+    engine_shape,
+    llamacpp_host,
+    llamacpp_split,
+    vllm_split,
 )
 from planner.model import Artifact, Option, PoolNode, Shape
 from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_kv_spread, vllm_tp_allowed
 from planner.quant import bits_of
 
 
-def options(artifacts: Iterable[Artifact], shape: Shape, nodes: Sequence[PoolNode], context: int) -> list[Option]:
+def options(
+    artifacts: Iterable[Artifact],
+    shape: Shape,
+    nodes: Sequence[PoolNode],
+    context: int,
+    estimate: Estimate = DEFAULT_ESTIMATE,
+) -> list[Option]:
     """Every way each artifact could run, best first.
 
     ``context`` is the token pool: llama.cpp's ``--ctx-size``, or vLLM's ``--max-model-len`` for one
-    sequence.
+    sequence. ``estimate`` says how an engine's own cost is counted (``planner.estimate``).
     """
     pools = grouped(nodes)
     hosts: HostPool | None = None  # only GGUF runs on a CPU: counted when the first one comes
@@ -44,19 +58,25 @@ def options(artifacts: Iterable[Artifact], shape: Shape, nodes: Sequence[PoolNod
             bpw = a.weights_bytes * 8 / params
         if a.format == "gguf":
             hosts = hosts or HostPool.of(nodes)
-            out += gguf_options(a, llamacpp_kv_bytes(shape, context), hosts, pools, bpw)
+            sizing = Sizing(estimate, engine_shape(shape, gguf=True), context)
+            out += gguf_options(a, llamacpp_kv_bytes(shape, context), hosts, pools, bpw, sizing)
         elif a.format in ("safetensors", "pytorch"):
-            out += vllm_options(a, vllm_kv_bytes(shape, context), shape, pools, bpw)
+            sizing = Sizing(estimate, engine_shape(shape), context)
+            out += vllm_options(a, vllm_kv_bytes(shape, context), shape, pools, bpw, sizing)
     rank(out)
     return out
 
 
-def gguf_options(a: Artifact, kv: int, host_pool: HostPool, pools: Sequence[Group], bpw: float) -> list[Option]:
+def gguf_options(
+    a: Artifact, kv: int, host_pool: HostPool, pools: Sequence[Group], bpw: float, sizing: Sizing | None = None
+) -> list[Option]:
     """llama.cpp: the whole replica in one node's RAM, or split by layer over the fewest of one node's
     cards that hold it."""
+    s = sizing or Sizing()
     out: list[Option] = []
     weights = a.weights_bytes
-    total = gib(weights + kv + gguf_overhead_bytes(weights))
+    host_need = llamacpp_host(weights, kv, s.shape, context=s.context, estimate=s.estimate)
+    total = gib(host_need.total)
     hosts, have = 0, 0.0
     for host_mem_gb, count in host_pool.sizes.items():
         node_have = host_mem_gb * HOST_SHARE
@@ -79,11 +99,14 @@ def gguf_options(a: Artifact, kv: int, host_pool: HostPool, pools: Sequence[Grou
                 hosts=hosts,
                 free_now=free_now,
                 bits_per_weight=bpw,
+                estimate=s.estimate,
+                margin=s.margin(host_need),
             )
         )
     for c in pools:
         for width in range(1, c.max_gpus + 1):
-            per = gib((weights + kv) // width + gguf_overhead_bytes(weights // width))
+            need = llamacpp_split(weights, kv, width, s.shape, context=s.context, estimate=s.estimate)
+            per = gib(need.total)
             if not fits(per, c.mem_gb):
                 continue
             hosts, free = c.takers(width)
@@ -100,22 +123,30 @@ def gguf_options(a: Artifact, kv: int, host_pool: HostPool, pools: Sequence[Grou
                     hosts=hosts,
                     free_now=free > 0,
                     bits_per_weight=bpw,
+                    estimate=s.estimate,
+                    margin=s.margin(need),
                 )
             )
             break  # more cards than the fewest that hold it buys nothing here
     return out
 
 
-def vllm_options(a: Artifact, kv: int, shape: Shape, pools: Sequence[Group], bpw: float) -> list[Option]:
+def vllm_options(
+    a: Artifact, kv: int, shape: Shape, pools: Sequence[Group], bpw: float, sizing: Sizing | None = None
+) -> list[Option]:
     """vLLM: tensor parallel over the narrowest power of two of one node's cards that holds it; failing
     that, a node's full width on each of several nodes of one fabric, pipeline parallel between them.
     Widths are those vLLM accepts (``planner.parallel.vllm_tp_allowed``), and each card holds its share
     of the KV cache as vLLM shards it (replicated KV heads, the whole MLA latent)."""
+    s = sizing or Sizing()
     weights = a.weights_bytes
 
+    def need(tp: int, pp: int = 1) -> Need:
+        spread = vllm_kv_spread(shape, kv, tp)
+        return vllm_split(weights, spread, s.shape, tp=tp, pp=pp, context=s.context, estimate=s.estimate)
+
     def per_card_gb(tp: int, pp: int = 1) -> float:
-        cards = tp * pp
-        return gib((weights + vllm_kv_spread(shape, kv, tp)) // cards + vllm_overhead_bytes(weights // cards))
+        return gib(need(tp, pp).total)
 
     def divides(w: int) -> bool:
         return vllm_tp_allowed(shape, w)
@@ -134,6 +165,8 @@ def vllm_options(a: Artifact, kv: int, shape: Shape, pools: Sequence[Group], bpw
             hosts=hosts,
             free_now=free_now,
             bits_per_weight=bpw,
+            estimate=s.estimate,
+            margin=s.margin(need(per_node, n)),
         )
 
     out: list[Option] = []

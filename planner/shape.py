@@ -91,7 +91,24 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
         windows=windows,
         max_context_source=where,
         vision_params=vision_params(lang),
+        layers=layers,
+        hidden=_size(cfg, "hidden_size"),
+        vocab=_size(cfg, "vocab_size"),
+        experts=max(_size(cfg, name) for name in EXPERT_FIELDS),
     )
+
+
+EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
+"""Where configs count a mixture's routed experts: Mixtral and gpt-oss, Qwen-MoE, DeepSeek."""
+
+
+def _size(cfg: Mapping[str, Any], name: str) -> int:
+    """A size the measured estimate reads (``planner.estimate``), 0 where the config has none it can use:
+    an unknown size is counted at the largest profiled, never refused."""
+    value = cfg.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_CONFIG_DIMENSION:
+        return 0
+    return value
 
 
 def _kv_heads(lang: LanguageConfig, heads: int, whole: Any) -> int:

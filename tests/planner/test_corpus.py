@@ -114,7 +114,7 @@ def test_qwen3_235b_in_bf16_runs_on_one_8_card_node() -> None:
 
 def test_deepseek_v3_mla_cache_is_whole_on_every_card() -> None:
     repo = load("deepseek-ai--DeepSeek-V3")
-    [o] = [o for o in options(repo.artifacts, repo.shape, POOL[2:3], 131072)]
+    [o] = options(repo.artifacts, repo.shape, POOL[2:3], 131072, estimate="seed")  # the seed's arithmetic
     weights = repo.artifacts[0].bytes
     kv = 131072 * 61 * (512 + 64) * 2
     assert o.gpus_per_node == 8

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
 
-from planner import Option, PoolNode, Shape, classes, mem_from_class, options, quality, quant_of, rank
+from planner import Option, PoolNode, Shape, classes, mem_from_class, quality, quant_of, rank
+from planner import options as any_options
 from planner.constants import (
     GIB,
     HOST_SHARE,
@@ -21,6 +23,9 @@ from planner.quant import QUANT_BITS, bits_of
 from tests.planner.helpers import cpu_node, gguf, gpu_node, original
 
 NO_KV = Shape(kv_bytes_per_token=0)
+
+options = partial(any_options, estimate="seed")
+"""The seed's rules are counted with the seed's estimate, the named choice ``seed``."""
 
 
 # --- the four names the seed left undefined -------------------------------------------------------------
@@ -387,6 +392,7 @@ def test_option_json_uses_the_seeds_names_and_leaves_out_empty_fields() -> None:
         "hosts": 2,
         "free_now": True,
         "bits_per_weight": 16.0,
+        "estimate": "seed",
     }
     cpu = Option("m.gguf", "gguf", "llamacpp", cpu=True, need_gb=5.0, have_gb=50.0, hosts=1)
     assert cpu.to_json() == {
