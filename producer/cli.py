@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from planner import (
     DEFAULT_CONTEXT,
+    ESTIMATES,
     InvalidInput,
     ModelplanError,
     Repository,
@@ -26,8 +27,8 @@ from producer import agent
 from producer.client import Client, request_from_repository
 from producer.hub import looks_like_repo_id, resolve
 from producer.limits import check_folder, check_index, check_listing, read_bounded
-from producer.render import job_text, options_table, status_text
-from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
+from producer.render import estimates_text, job_text, options_table, status_text
+from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging, estimate
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
 from worker.errors import RedisUnavailable
 from worker.keys import Keys
@@ -88,11 +89,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except UnicodeDecodeError as e:
         raise InvalidInput(args.pool, "--pool", f"cannot be read: {e}") from e
     nodes = pool_nodes(parse_pool(pool_text, args.pool))
-    opts = plan(load_repository(args), nodes, args.context)
+    repo = load_repository(args)
+    chosen = estimate(args.estimate)
+    by_estimate = {e: plan(repo, nodes, args.context, e) for e in ESTIMATES}
     if args.json:
-        print(json.dumps([o.to_json() for o in opts], indent=2))
+        print(json.dumps([o.to_json() for o in by_estimate[chosen]], indent=2))
     else:
-        print(options_table(opts))
+        print(options_table(by_estimate[chosen]))
+        print()
+        print(estimates_text(by_estimate, chosen))
     return 0
 
 
@@ -161,6 +166,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         priority=args.priority,
         replicas=args.replicas,
         fallback=args.fallback,
+        estimate=args.estimate,
     )
     print(client.submit(req, args.job_id))
     return 0
@@ -250,6 +256,12 @@ def _add_repository_args(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_CONTEXT,
         help=f"tokens of context to plan for (default {DEFAULT_CONTEXT})",
+    )
+    p.add_argument(
+        "--estimate",
+        choices=ESTIMATES,
+        help="how each card's need is counted: measured (the engines' own profiles) or seed (the original "
+        "planner's rule); default: the deployment's (MODELPLAN_ESTIMATE), else measured",
     )
 
 

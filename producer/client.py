@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from planner import DEFAULT_CONTEXT, repository_from_folder, repository_from_listing
+from planner import DEFAULT_CONTEXT, Estimate, repository_from_folder, repository_from_listing
 from planner.repository import Repository
 from producer.limits import check_index, check_listing
 from worker import constants as C
@@ -57,6 +57,7 @@ def request_from_repository(
     priority: int = 0,
     replicas: int = 1,
     fallback: bool = False,
+    estimate: Estimate | None = None,
 ) -> ServeRequest:
     return parse_request(
         {
@@ -72,12 +73,17 @@ def request_from_repository(
                 "windows": [list(w) for w in repo.shape.windows],
                 "max_context_source": repo.shape.max_context_source,
                 "vision_params": repo.shape.vision_params,
+                "layers": repo.shape.layers,
+                "hidden": repo.shape.hidden,
+                "vocab": repo.shape.vocab,
+                "experts": repo.shape.experts,
             },
             "context": context,
             "artifact": artifact,
             "priority": priority,
             "replicas": replicas,
             "fallback": fallback,
+            "estimate": estimate,
         }
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from planner import Option
+from planner import Estimate, Option
 from worker.pool import Snapshot
 from worker.records import JobRecord
 
@@ -39,6 +39,25 @@ def options_table(opts: Sequence[Option]) -> str:
         ]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+def estimates_text(by_estimate: Mapping[Estimate, Sequence[Option]], chosen: Estimate) -> str:
+    """The best option under each estimate, so that a person sees what counting with the engines' own
+    profiles saves against the seed's rule (or costs), and where the estimate keeps a margin."""
+    lines = []
+    for name, opts in by_estimate.items():
+        mark = "*" if name == chosen else " "
+        if not opts:
+            lines.append(f"{mark} {name:<9} no option")
+            continue
+        o = opts[0]
+        where = f"{o.artifact} on {o.label}" + (" RAM" if o.cpu else "")
+        lines.append(f"{mark} {name:<9} {where}: {o.need_gb:.1f} / {o.have_gb:.1f} GiB")
+    margins = sorted({o.margin for o in by_estimate.get(chosen, ()) if o.margin})
+    text = "best by estimate (* the one above):\n" + "\n".join(lines)
+    if margins:
+        text += "\nmargin kept where the profiles are thin: " + "; ".join(margins)
+    return text
 
 
 def job_text(rec: JobRecord) -> str:

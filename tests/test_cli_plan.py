@@ -23,13 +23,19 @@ def listing(model: str) -> list[str]:
 
 def test_table_on_a_listing(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--pool", POOL, *listing("llama-3-8b-gguf"), "--context", "8192"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    table, both = capsys.readouterr().out.split("\n\n")
+    lines = table.splitlines()
     assert lines[0].split() == ["#", "artifact", "bits", "engine", "where", "need", "/", "have", "GiB", "hosts", "now"]
     first = lines[1].split()
     assert first[:6] == ["1", "Meta-Llama-3-8B-Instruct-BF16.gguf", "16.0", "llamacpp", "1", "×"]
     assert first[6] == "h100-80g" and first[-1] == "free"
     assert lines[-1].split()[4:6] == ["CPU", "RAM"]
     assert len(lines) == 1 + 8
+    # then the best option by each estimate, the one the table counted with first
+    assert [line.split()[:2] for line in both.splitlines()[1:]] == [
+        ["*", "measured"],
+        ["seed", "Meta-Llama-3-8B-Instruct-BF16.gguf"],
+    ]
 
 
 def test_json_on_a_listing(capsys: pytest.CaptureFixture[str]) -> None:
@@ -51,8 +57,10 @@ def test_json_on_a_listing(capsys: pytest.CaptureFixture[str]) -> None:
         "hosts",
         "free_now",
         "bits_per_weight",
+        "estimate",
     }
     assert got[0]["bits_per_weight"] == pytest.approx(16.0)
+    assert got[0]["estimate"] == "measured"
 
 
 def test_json_is_an_empty_list_when_nothing_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -81,10 +89,15 @@ def test_on_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     (tmp_path / "config.json").write_text((EXAMPLES / "models" / "llama-3-8b-gguf" / "config.json").read_text())
     with (tmp_path / "tiny-Q4_K_M.gguf").open("wb") as f:
         f.truncate(3 << 30)  # sparse: 3 GiB on paper, nothing on disk
-    assert main(["plan", "--pool", POOL, "--repo", str(tmp_path), "--json"]) == 0
+    assert main(["plan", "--pool", POOL, "--repo", str(tmp_path), "--json", "--estimate", "seed"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert {o["artifact"] for o in got} == {"tiny-Q4_K_M.gguf"}
     assert got[0]["need_gb"] == pytest.approx(3 + 0.5 + 1 + 3 / 20)  # 4096 tokens of 128 KiB: 0.5 GiB
+    assert main(["plan", "--pool", POOL, "--repo", str(tmp_path), "--json"]) == 0
+    [best, *_] = json.loads(capsys.readouterr().out)
+    # measured: the CUDA context, the logits of 512 tokens over 128,256 entries and 512 B a token, and pools
+    engine_mib = 518 + 512 * (4 * 128_256 + 4096) / (1 << 20) + 80
+    assert (best["estimate"], best["need_gb"]) == ("measured", pytest.approx(3 + 0.5 + engine_mib / 1024))
 
 
 @pytest.mark.parametrize(

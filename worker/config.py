@@ -46,6 +46,7 @@ import redis.sentinel
 import structlog
 
 from planner.errors import InvalidInput
+from planner.estimate import DEFAULT_ESTIMATE, ESTIMATES, Estimate
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL
 
 REDIS_URL_ENV = "MODELPLAN_REDIS_URL"
@@ -104,6 +105,20 @@ def wait_replicas(given: int | None = None) -> int:
 
 def wait_timeout_ms(given: int | None = None) -> int:
     return _whole(WAIT_TIMEOUT_ENV, DEFAULT_WAIT_TIMEOUT_MS, given)
+
+
+ESTIMATE_ENV = "MODELPLAN_ESTIMATE"
+
+
+def estimate(given: str | None = None) -> Estimate:
+    """How a request that names no estimate has each card's need counted: ``given``, else
+    ``$MODELPLAN_ESTIMATE``, else ``measured``."""
+    value = given or os.environ.get(ESTIMATE_ENV) or DEFAULT_ESTIMATE
+    for known in ESTIMATES:
+        if value == known:
+            return known
+    allowed = ", ".join(ESTIMATES)
+    raise InvalidInput(ESTIMATE_ENV, "(setting)", f"must be one of {allowed} (given {value[:40]!r})")
 
 
 def redact(url: str) -> str:

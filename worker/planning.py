@@ -15,6 +15,7 @@ from planner.decide import Hold, JobPlan, Outcome, Running, Wait, plan_job
 from worker import constants as C
 from worker import logs, metrics
 from worker.classes import class_of, waits_on
+from worker.config import estimate
 from worker.errors import BadRecord
 from worker.keys import hold_id, nomination_id
 from worker.pool import HoldSpec, Snapshot
@@ -107,6 +108,7 @@ def plan_for(rec: JobRecord, snap: Snapshot, wanted: int | None = None) -> JobPl
         running=_running(rec),
         ever_fit=rec.ever_fit,
         held_for_others=snap.held_for_others(rec.job_id),
+        estimate=req.estimate or estimate(),
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from planner import Artifact, InvalidInput, Option, Shape, check_context
+from planner import Artifact, Estimate, InvalidInput, Option, Shape, check_context
 from planner.pool import ID_PATTERN, NodeReport, invalid_from
 from worker.constants import PRIORITY_MAX
 from worker.errors import BadRecord
@@ -129,6 +129,8 @@ class ServeRequest(BaseModel):
     replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     fallback: bool = False
     """While its best option is busy, run on the best option free now, and move when the best frees."""
+    estimate: Estimate | None = None
+    """How each card's need is counted (``measured`` or ``seed``); none: the deployment's default."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ServeRequest:
@@ -153,6 +155,8 @@ class ServeRequest(BaseModel):
         if not (0 <= s.heads <= 1 << 24 and windows_ok and len(s.max_context_source) <= 200):
             raise ValueError("shape: a field is out of range")
         if not 0 <= s.vision_params <= s.params:
+            raise ValueError("shape: a field is out of range")
+        if not all(0 <= n <= 1 << 24 for n in (s.layers, s.hidden, s.vocab, s.experts)):
             raise ValueError("shape: a field is out of range")
         if self.artifact is not None and self.artifact not in names:
             shown = ", ".join(repr(n[:80]) for n in names[:5]) + (

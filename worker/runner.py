@@ -19,7 +19,7 @@ from rq.serializers import JSONSerializer
 
 from worker import constants as C
 from worker import logs, metrics, requests
-from worker.config import connect, redact
+from worker.config import connect, estimate, redact
 from worker.errors import RedisUnavailable, Refused
 from worker.keys import Keys
 from worker.maintenance import sweep
@@ -122,6 +122,7 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
         "worker_started",
         worker=name,
         redis=redact(url),
+        estimate=estimate(),  # a bad MODELPLAN_ESTIMATE stops the worker here, not at its first plan
         queue=store.queue.key,
         requests=keys.requests,
         rq_bookkeeping=f"{RQ_KEY_PREFIX}:*",
