@@ -23,15 +23,15 @@ rest (the seed's ``hostShare``)."""
 GGUF_OVERHEAD_FIXED = GIB
 GGUF_OVERHEAD_DIVISOR = 20
 """llama.cpp's own cost beyond weights and KV cache, as the seed counts it: 1 GiB + weights/20 (compute
-buffers and the server). Measured, this over-estimates by 1.1-1.4x on a card and 1.2-3.2x on a CPU,
-never under, so it is kept as the seed has it."""
+buffers and the server). The ``seed`` estimate; measured, it over-estimates by 1.1-1.4x on a card and
+1.2-3.2x on a CPU, never under (``measured`` counts llama.cpp's buffers instead)."""
 
 VLLM_OVERHEAD_FIXED = 2 * GIB
 VLLM_OVERHEAD_DIVISOR = 5
 """vLLM's cost on one card beyond weights and KV cache (the seed's ``overheadBytes``): 2 GiB + weights/5,
-which is GPUStack's published estimate (weights x 1.2 + 2 GiB). It covers vLLM's profile of an 8B
-model: activation peak 1.7-2.6 GiB, non-torch memory 0.25-0.35 GiB and CUDA graphs 0.3-1.6 GiB, at
-most 4.55 GiB against 2 + 14.96/5 = 4.99 GiB estimated."""
+which is GPUStack's published estimate (weights x 1.2 + 2 GiB). The ``seed`` estimate: against vLLM
+0.19's profiles it is 0.73-1.18x what a card took, under for small models with large vocabularies under
+tensor parallel (``measured`` counts vLLM's profiled terms instead)."""
 
 QUALITY_CAP = 8.6
 """Bits per weight past which a bigger file is not a better model worth its memory on a card: eight bits
