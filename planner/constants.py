@@ -164,9 +164,10 @@ LLAMACPP_LOGITS_BYTES = 4
 """Bytes per (micro-batch token × vocabulary entry) of the compute buffer: fp32 logits (66.5 MiB on a
 card and 70.5 MiB on a CPU at a 32,000 vocabulary)."""
 
-LLAMACPP_CONTEXT_BYTES_PER_UBATCH = 1
-"""Compute-buffer bytes per (micro-batch token × context token) with flash attention: the buffer grew by
-10.5-30 MiB from 8k to 32k tokens of context."""
+LLAMACPP_CONTEXT_BYTES_PER_UBATCH = 2
+"""Compute-buffer bytes per (micro-batch token × context token) with flash attention: from 8k to 32k tokens
+the buffer grew by 0.9 of this for the first model and 2.0 for the second (24 MiB on the card); the
+steeper is counted, as contexts past the measured ones extrapolate it."""
 
 LLAMACPP_HOST_HIDDEN_BYTES = 32
 """CPU bytes per (micro-batch token × hidden size) beyond the logits: the second measured model, 1,024
