@@ -154,7 +154,11 @@ def _work(store: Store, name: str, burst: bool) -> None:
         w = planning_worker(store, name=name)
         try:
             w.work(burst=burst, logging_level="WARNING")
-        except (redis.ConnectionError, redis.TimeoutError) as e:
+        except redis.exceptions.NoPermissionError:
+            raise  # the login lacks a right: no retry mends that
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as e:
+            # a reply error too: mid-failover, a transaction RQ sends as it records a job's end or its own
+            # comes back aborted (the old master now a replica, a write refused)
             if burst:
                 raise
             log.warning("rq_loop_failed", worker=name, error=str(e)[:200])
