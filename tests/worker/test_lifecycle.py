@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -414,3 +415,28 @@ def test_a_planning_job_lost_with_its_worker_is_queued_again(client: Client, mon
     assert queued_functions(client).count("worker.jobs.plan_job") == 2
     drain(client)
     assert [client.get(j).state for j in (lost, waiting_its_turn)] == [JobState.PLACED, JobState.PLACED]
+
+
+@pytest.mark.parametrize("stored", ["as written", "keys sorted", "spaced"])
+def test_a_commit_reads_the_stored_version_however_the_record_is_laid_out(client: Client, stored: str) -> None:
+    """The commit script reads a record's version from the head modelplan writes, and decodes any other
+    layout (a record rewritten by another tool) in full: both give the same version, so a stale plan is
+    refused and a current one commits."""
+    client.heartbeat(hb("gpu-1", "h100-80g", gpus=2))
+    job = client.submit(request())
+    key = client.keys.job(job)
+    raw: Any = client.redis.get(key)
+    assert raw is not None and raw.startswith(b'{"schema_version":1,"job_id":')
+    if stored != "as written":
+        layout = {"keys sorted": {"sort_keys": True}, "spaced": {"indent": 1}}[stored]
+        client.redis.set(key, json.dumps(json.loads(raw), **layout))  # type: ignore[arg-type]
+    rec = client.get(job)
+    store = client.store
+    claimed = rec.advance(JobState.PLANNING, worker="w")
+    stale = store.transition(rec.model_copy(update={"version": rec.version + 1}), claimed, reason="stale")
+    assert (stale.code, stale.detail) == ("stale", str(rec.version))
+    out = store.transition(rec, claimed, reason="claimed")
+    assert (out.code, out.detail) == ("ok", str(claimed.version))
+    assert client.get(job).state is JobState.PLANNING
+    entries: Any = client.redis.xrange(client.keys.job_events(job))
+    assert entries[-1][1][b"version"] == str(claimed.version).encode()

@@ -36,16 +36,30 @@ local n_place, n_clear = tonumber(ARGV[14]), tonumber(ARGV[15])
 local place_at, clear_at = 17, 17 + 5 * n_place
 local clear_key_at = 12 + 2 * n_place
 
+-- A record's version, read from the head that modelplan's records start with (their first four fields,
+-- in this order; ids and states carry no quote): decoding a whole record with its request and
+-- alternatives costs some 150 us on every commit. Anything else is decoded in full; nil when that fails.
+local function version_of(raw)
+  local v = string.match(raw, '^{"schema_version":%d+,"job_id":"[%w._-]*","state":"%l+","version":(%d+),')
+  if v then
+    return v
+  end
+  local ok, record = pcall(cjson.decode, raw)
+  if not ok or type(record) ~= 'table' or record.version == nil then
+    return nil
+  end
+  return tostring(record.version)
+end
+
 local raw = redis.call('GET', KEYS[1])
 if not raw then
   return {'gone', '', 0}
 end
 -- a record that does not decode is stale to every caller: it re-reads it and finds it unreadable
-local ok, record = pcall(cjson.decode, raw)
-if not ok or type(record) ~= 'table' or record.version == nil then
+local current = version_of(raw)
+if current == nil then
   return {'stale', 'unreadable', 0}
 end
-local current = tostring(record.version)
 if current ~= ARGV[2] then
   return {'stale', current, 0}
 end
@@ -164,7 +178,7 @@ redis.call('SET', KEYS[1], ARGV[3])
 redis.call('ZREM', KEYS[4], job_id)
 redis.call('ZADD', KEYS[5], ARGV[5], job_id)
 
-local version = tostring(cjson.decode(ARGV[3]).version)
+local version = version_of(ARGV[3])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[12], '*', 'job_id', job_id, 'state', ARGV[4],
            'version', version, 'reason', ARGV[13])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[11], '*', 'job_id', job_id, 'state', ARGV[4],
