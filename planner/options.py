@@ -6,10 +6,13 @@ or on a CPU node, with what each card would hold, and whether the cards are free
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from operator import attrgetter
 
 from planner.constants import (
@@ -73,62 +76,103 @@ def gguf_options(
     """llama.cpp: the whole replica in one node's RAM, or split by layer over the fewest of one node's
     cards that hold it."""
     s = sizing or Sizing()
+    layout = _gguf_layout(a, kv, bpw, s, tuple((c.gpu_class, c.mem_gb, c.max_gpus) for c in pools))
     out: list[Option] = []
-    weights = a.weights_bytes
-    host_need = llamacpp_host(weights, kv, s.shape, context=s.context, estimate=s.estimate)
-    total = gib(host_need.total)
-    hosts, have = 0, 0.0
-    for host_mem_gb, count in host_pool.sizes.items():
-        node_have = host_mem_gb * HOST_SHARE
-        if host_mem_gb <= 0 or total > node_have:
-            continue
-        hosts += count
-        have = max(have, node_have)
-    # a node could take it now if its RAM share and its free RAM both hold it: that is, if the smaller of
-    # the two does, and the largest such smaller is the pool's best
-    free_now = host_pool.best_free >= total
-    if hosts:
-        out.append(
-            Option(
-                artifact=a.name,
-                format=a.format,
-                engine="llamacpp",
-                cpu=True,
-                need_gb=total,
-                have_gb=have,
-                hosts=hosts,
-                free_now=free_now,
-                bits_per_weight=bpw,
-                estimate=s.estimate,
-                margin=s.margin(host_need),
-            )
-        )
-    for c in pools:
-        for width in range(1, c.max_gpus + 1):
-            need = llamacpp_split(weights, kv, width, s.shape, context=s.context, estimate=s.estimate)
-            per = gib(need.total)
-            if not fits(per, c.mem_gb):
-                continue
-            hosts, free = c.takers(width)
-            out.append(
-                Option(
-                    artifact=a.name,
-                    format=a.format,
-                    engine="llamacpp",
-                    gpu_class=c.gpu_class,
-                    gpus_per_node=width,
-                    nodes=1,
-                    need_gb=per,
-                    have_gb=c.budget_gb,
-                    hosts=hosts,
-                    free_now=free > 0,
-                    bits_per_weight=bpw,
-                    estimate=s.estimate,
-                    margin=s.margin(need),
-                )
-            )
-            break  # more cards than the fewest that hold it buys nothing here
+    if layout.host is not None:
+        total = layout.host.need_gb
+        hosts, have = host_pool.holding(total)
+        if hosts:
+            # a node could take it now if its RAM share and its free RAM both hold it: that is, if the
+            # smaller of the two does, and the largest such smaller is the pool's best
+            out.append(layout.counted(-1, hosts, host_pool.best_free >= total, have))
+    for i, width in layout.widths:
+        hosts, free = pools[i].takers(width)
+        out.append(layout.counted(i, hosts, free > 0, pools[i].budget_gb))
     return out
+
+
+class _Layout:
+    """An artifact's llama.cpp options on a pool's classes of card, less what the pool's counts say (how
+    many nodes could take each, whether one could now): the same for every plan of that file on those
+    classes. Each option as counted is kept too, since the counts seldom change between two plans."""
+
+    __slots__ = ("_counted", "cards", "host", "widths")
+
+    def __init__(self, host: Option | None, cards: dict[int, Option]) -> None:
+        self.host = host
+        self.cards = cards
+        self.widths = tuple((i, o.gpus_per_node) for i, o in cards.items())
+        self._counted: dict[tuple[int, int, bool, float], Option] = {}
+
+    def counted(self, i: int, hosts: int, free_now: bool, have_gb: float) -> Option:
+        """The option on class ``i`` (-1: the CPU) with the pool's counts."""
+        key = (i, hosts, free_now, have_gb)
+        got = self._counted.get(key)
+        if got is None:
+            if len(self._counted) >= COUNTED_KEPT:
+                self._counted.clear()
+            template = self.host if i < 0 else self.cards[i]
+            assert template is not None
+            got = self._counted[key] = replace(template, hosts=hosts, free_now=free_now, have_gb=have_gb)
+        return got
+
+
+COUNTED_KEPT = 256
+"""Options as counted kept per layout: a busy pool moves a few counts at a time."""
+
+
+@lru_cache(maxsize=4096)
+def _gguf_layout(a: Artifact, kv: int, bpw: float, s: Sizing, classes: tuple[tuple[str, int, int], ...]) -> _Layout:
+    def option(need: Need, **where: object) -> Option:
+        return Option(
+            artifact=a.name,
+            format=a.format,
+            engine="llamacpp",
+            bits_per_weight=bpw,
+            estimate=s.estimate,
+            margin=s.margin(need),
+            **where,  # type: ignore[arg-type]
+        )
+
+    weights = a.weights_bytes
+    host_need = _host_need(weights, kv, s)
+    host = option(host_need, cpu=True, need_gb=gib(host_need.total))
+    cards = {}
+    for i, (gpu_class, mem_gb, max_gpus) in enumerate(classes):
+        fewest = _gguf_width(weights, kv, mem_gb, max_gpus, s)
+        if fewest is not None:
+            width, need = fewest
+            cards[i] = option(need, gpu_class=gpu_class, gpus_per_node=width, nodes=1, need_gb=gib(need.total))
+    return _Layout(host, cards)
+
+
+# A plan sizes every artifact for every class of card, and a worker plans the same repositories over and
+# over (each job, each re-plan on a wake-up) against the same few classes. These are pure functions of
+# values, so what they give is kept (to a bound) rather than worked out again on every plan.
+SIZING_CACHE = 65_536
+"""Sizings kept per function: a few hundred per repository served."""
+
+
+@lru_cache(maxsize=SIZING_CACHE)
+def _host_need(weights: int, kv: int, s: Sizing) -> Need:
+    return llamacpp_host(weights, kv, s.shape, context=s.context, estimate=s.estimate)
+
+
+@lru_cache(maxsize=SIZING_CACHE)
+def _gguf_width(weights: int, kv: int, mem_gb: int, max_gpus: int, s: Sizing) -> tuple[int, Need] | None:
+    """The fewest of a node's cards of ``mem_gb`` GiB that hold a llama.cpp split, and what each holds
+    (more cards than the fewest buy nothing here); None when even ``max_gpus`` do not."""
+    for width in range(1, max_gpus + 1):
+        need = llamacpp_split(weights, kv, width, s.shape, context=s.context, estimate=s.estimate)
+        if fits(gib(need.total), mem_gb):
+            return width, need
+    return None
+
+
+@lru_cache(maxsize=SIZING_CACHE)
+def _vllm_need(weights: int, kv: int, shape: Shape, tp: int, pp: int, s: Sizing) -> Need:
+    spread = vllm_kv_spread(shape, kv, tp)
+    return vllm_split(weights, spread, s.shape, tp=tp, pp=pp, context=s.context, estimate=s.estimate)
 
 
 def vllm_options(
@@ -142,8 +186,7 @@ def vllm_options(
     weights = a.weights_bytes
 
     def need(tp: int, pp: int = 1) -> Need:
-        spread = vllm_kv_spread(shape, kv, tp)
-        return vllm_split(weights, spread, s.shape, tp=tp, pp=pp, context=s.context, estimate=s.estimate)
+        return _vllm_need(weights, kv, shape, tp, pp, s)
 
     def per_card_gb(tp: int, pp: int = 1) -> float:
         return gib(need(tp, pp).total)
@@ -332,6 +375,20 @@ class HostPool:
 
     sizes: dict[int, int]
     best_free: float
+    _shares: list[float] = field(init=False, repr=False, compare=False)
+    """Each size's share of RAM a replica may take, largest first, negated (for ``bisect``)."""
+    _hosts: list[int] = field(init=False, repr=False, compare=False)
+    """How many nodes have at least each of those shares."""
+
+    def __post_init__(self) -> None:
+        by_share = sorted(((m * HOST_SHARE, count) for m, count in self.sizes.items() if m > 0), reverse=True)
+        object.__setattr__(self, "_shares", [-share for share, _ in by_share])
+        object.__setattr__(self, "_hosts", list(itertools.accumulate(count for _, count in by_share)))
+
+    def holding(self, need_gb: float) -> tuple[int, float]:
+        """How many nodes' share of RAM holds ``need_gb``, and the largest such share (0 if none)."""
+        k = bisect.bisect_right(self._shares, -need_gb)
+        return (self._hosts[k - 1], -self._shares[0]) if k else (0, 0.0)
 
     @staticmethod
     def of(nodes: Sequence[PoolNode]) -> HostPool:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from planner import Artifact, Option, PoolNode, Shape, options, rank, rank_key
 from planner.constants import GIB
+from planner.options import _gguf_layout, _gguf_width, _host_need, _vllm_need
 
 CLASSES = [("h100-80g", 80), ("a100-40g", 40), ("l40s-48g", 48), ("rtx4090-24g", 24), ("mi", 192)]
 FABRICS = ["", "ib-a", "ib-b"]
@@ -132,3 +133,22 @@ def covers(p: Option, o: Option) -> bool:
     if (p.gpus_per_node, p.nodes, p.fabric) == (o.gpus_per_node, o.nodes, o.fabric):
         return p.hosts >= o.hosts and (p.free_now or not o.free_now) and p.have_gb >= o.have_gb
     return True
+
+
+def _cold_options(arts: list[Artifact], shape: Shape, pool: list[PoolNode], ctx: int) -> list[Option]:
+    for kept in (_gguf_layout, _gguf_width, _host_need, _vllm_need):
+        kept.cache_clear()
+    return options(arts, shape, pool, ctx)
+
+
+@given(st.lists(artifacts, max_size=4), shapes, st.lists(pools, min_size=2, max_size=6), contexts, contexts)
+@settings(max_examples=300)
+def test_sizings_kept_from_earlier_plans_give_what_a_fresh_count_gives(
+    arts: list[Artifact], shape: Shape, pool_list: list[list[PoolNode]], ctx: int, other_ctx: int
+) -> None:
+    """Options are sized once per file, class and context and kept; the same files planned again on other
+    pools, and at another context, give exactly what they give with nothing kept."""
+    plans = [(arts, shape, pool, c) for pool in pool_list for c in (ctx, other_ctx)]
+    warm = [options(*plan) for plan in plans + plans[::-1]]
+    cold = [_cold_options(*plan) for plan in plans + plans[::-1]]
+    assert warm == cold
