@@ -11,10 +11,11 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
 
+from planner import layouts
 from planner.constants import (
     CPU_QUALITY_CAP,
     HOST_SHARE,
@@ -30,12 +31,10 @@ from planner.estimate import (
     Need,
     Sizing,
     engine_shape,
-    llamacpp_host,
-    llamacpp_split,
-    vllm_split,
 )
+from planner.layouts import LAYOUT_CACHE, Classes, GgufLayout, gguf_layout, vllm_need
 from planner.model import Artifact, Option, PoolNode, Shape
-from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_kv_spread, vllm_tp_allowed
+from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_tp_allowed
 from planner.quant import bits_of
 
 
@@ -50,129 +49,110 @@ def options(
 
     ``context`` is the token pool: llama.cpp's ``--ctx-size``, or vLLM's ``--max-model-len`` for one
     sequence. ``estimate`` says how an engine's own cost is counted (``planner.estimate``).
+
+    What each file needs on each class is sized once and kept (``planner.layouts``), and so is the
+    ranking a request's options come to for the pool's counts: a worker planning the same repository
+    again, on a pool whose counts moved only where no option's do, ranks nothing anew.
     """
     pools = grouped(nodes)
-    hosts: HostPool | None = None  # only GGUF runs on a CPU: counted when the first one comes
-    out: list[Option] = []
+    request = _request(
+        tuple(artifacts), shape, context, estimate, tuple((c.gpu_class, c.mem_gb, c.max_gpus) for c in pools)
+    )
+    host_pool = HostPool.of(nodes) if request.in_ram else None
+    originals = tuple(tuple(vllm_options(a, kv, shape, pools, bpw, s)) for a, kv, bpw, s in request.originals)
+    counts = (
+        tuple(_counted(pools[i], width) for i, width in request.widths),
+        tuple((*host_pool.holding(need), host_pool.best_free >= need) for need in request.in_ram) if host_pool else (),
+        originals,
+    )
+    ranked = request.ranked.get(counts)
+    if ranked is None:
+        if len(request.ranked) >= RANKINGS_KEPT:
+            request.ranked.clear()
+        ranked = request.ranked[counts] = _ranked(request, pools, host_pool, originals)
+    return list(ranked)
+
+
+def _counted(c: Group, width: int) -> tuple[int, bool]:
+    hosts, free = c.takers(width)
+    return hosts, free > 0
+
+
+@dataclass(slots=True)
+class _Request:
+    """A request's files as sized on a pool's classes: each GGUF's layout, each original's sizing, and the
+    rankings made so far, by the pool's counts that options read."""
+
+    gguf: tuple[GgufLayout, ...]
+    originals: tuple[tuple[Artifact, int, float, Sizing], ...]
+    order: tuple[tuple[bool, int], ...]
+    """Each artifact in the request's order: ``(is GGUF, its place in gguf or originals)``."""
+    widths: tuple[tuple[int, int], ...]
+    """Every ``(class, cards)`` a GGUF option takes: what a ranking depends on of the cards."""
+    in_ram: tuple[float, ...]
+    """Every GGUF's need in RAM: what a ranking depends on of the hosts."""
+    ranked: dict[object, tuple[Option, ...]] = field(default_factory=dict)
+
+
+RANKINGS_KEPT = 64
+"""Rankings kept per request: one per set of counts seen lately."""
+
+
+@lru_cache(maxsize=LAYOUT_CACHE)
+def _request(
+    artifacts: tuple[Artifact, ...], shape: Shape, context: int, estimate: Estimate, classes: Classes
+) -> _Request:
+    gguf: list[GgufLayout] = []
+    originals: list[tuple[Artifact, int, float, Sizing]] = []
+    order: list[tuple[bool, int]] = []
     for a in artifacts:
         bpw = bits_of(a.quant)
         params = shape.params - shape.vision_params if a.format == "gguf" else shape.params
         if params > 0:
             bpw = a.weights_bytes * 8 / params
         if a.format == "gguf":
-            hosts = hosts or HostPool.of(nodes)
             sizing = Sizing(estimate, engine_shape(shape, gguf=True), context)
-            out += gguf_options(a, llamacpp_kv_bytes(shape, context), hosts, pools, bpw, sizing)
+            order.append((True, len(gguf)))
+            gguf.append(gguf_layout(a, llamacpp_kv_bytes(shape, context), bpw, sizing, classes))
         elif a.format in ("safetensors", "pytorch"):
-            sizing = Sizing(estimate, engine_shape(shape), context)
-            out += vllm_options(a, vllm_kv_bytes(shape, context), shape, pools, bpw, sizing)
-    rank(out)
-    return out
+            order.append((False, len(originals)))
+            originals.append((a, vllm_kv_bytes(shape, context), bpw, Sizing(estimate, engine_shape(shape), context)))
+    widths = sorted({w for layout in gguf for w in layout.widths})
+    in_ram = sorted({layout.host.need_gb for layout in gguf})
+    return _Request(tuple(gguf), tuple(originals), tuple(order), tuple(widths), tuple(in_ram))
 
 
-def gguf_options(
-    a: Artifact, kv: int, host_pool: HostPool, pools: Sequence[Group], bpw: float, sizing: Sizing | None = None
-) -> list[Option]:
-    """llama.cpp: the whole replica in one node's RAM, or split by layer over the fewest of one node's
-    cards that hold it."""
-    s = sizing or Sizing()
-    layout = _gguf_layout(a, kv, bpw, s, tuple((c.gpu_class, c.mem_gb, c.max_gpus) for c in pools))
+layouts.KEPT_ELSEWHERE.append(_request)
+
+
+def _ranked(
+    request: _Request, pools: Sequence[Group], host_pool: HostPool | None, originals: tuple[tuple[Option, ...], ...]
+) -> tuple[Option, ...]:
     out: list[Option] = []
-    if layout.host is not None:
-        total = layout.host.need_gb
-        hosts, have = host_pool.holding(total)
-        if hosts:
-            # a node could take it now if its RAM share and its free RAM both hold it: that is, if the
-            # smaller of the two does, and the largest such smaller is the pool's best
-            out.append(layout.counted(-1, hosts, host_pool.best_free >= total, have))
+    for is_gguf, at in request.order:
+        if is_gguf:
+            assert host_pool is not None
+            out += gguf_options(request.gguf[at], host_pool, pools)
+        else:
+            out += originals[at]
+    rank(out)
+    return tuple(out)
+
+
+def gguf_options(layout: GgufLayout, host_pool: HostPool, pools: Sequence[Group]) -> list[Option]:
+    """llama.cpp: the whole replica in one node's RAM, or split by layer over the fewest of one node's
+    cards that hold it (``layout``, made for ``pools``' classes), with the pool's counts."""
+    out: list[Option] = []
+    need = layout.host.need_gb
+    hosts, have = host_pool.holding(need)
+    if hosts:
+        # a node could take it now if its RAM share and its free RAM both hold it: that is, if the smaller
+        # of the two does, and the largest such smaller is the pool's best
+        out.append(layout.counted(-1, hosts, host_pool.best_free >= need, have))
     for i, width in layout.widths:
         hosts, free = pools[i].takers(width)
         out.append(layout.counted(i, hosts, free > 0, pools[i].budget_gb))
     return out
-
-
-class _Layout:
-    """An artifact's llama.cpp options on a pool's classes of card, less what the pool's counts say (how
-    many nodes could take each, whether one could now): the same for every plan of that file on those
-    classes. Each option as counted is kept too, since the counts seldom change between two plans."""
-
-    __slots__ = ("_counted", "cards", "host", "widths")
-
-    def __init__(self, host: Option | None, cards: dict[int, Option]) -> None:
-        self.host = host
-        self.cards = cards
-        self.widths = tuple((i, o.gpus_per_node) for i, o in cards.items())
-        self._counted: dict[tuple[int, int, bool, float], Option] = {}
-
-    def counted(self, i: int, hosts: int, free_now: bool, have_gb: float) -> Option:
-        """The option on class ``i`` (-1: the CPU) with the pool's counts."""
-        key = (i, hosts, free_now, have_gb)
-        got = self._counted.get(key)
-        if got is None:
-            if len(self._counted) >= COUNTED_KEPT:
-                self._counted.clear()
-            template = self.host if i < 0 else self.cards[i]
-            assert template is not None
-            got = self._counted[key] = replace(template, hosts=hosts, free_now=free_now, have_gb=have_gb)
-        return got
-
-
-COUNTED_KEPT = 256
-"""Options as counted kept per layout: a busy pool moves a few counts at a time."""
-
-
-@lru_cache(maxsize=4096)
-def _gguf_layout(a: Artifact, kv: int, bpw: float, s: Sizing, classes: tuple[tuple[str, int, int], ...]) -> _Layout:
-    def option(need: Need, **where: object) -> Option:
-        return Option(
-            artifact=a.name,
-            format=a.format,
-            engine="llamacpp",
-            bits_per_weight=bpw,
-            estimate=s.estimate,
-            margin=s.margin(need),
-            **where,  # type: ignore[arg-type]
-        )
-
-    weights = a.weights_bytes
-    host_need = _host_need(weights, kv, s)
-    host = option(host_need, cpu=True, need_gb=gib(host_need.total))
-    cards = {}
-    for i, (gpu_class, mem_gb, max_gpus) in enumerate(classes):
-        fewest = _gguf_width(weights, kv, mem_gb, max_gpus, s)
-        if fewest is not None:
-            width, need = fewest
-            cards[i] = option(need, gpu_class=gpu_class, gpus_per_node=width, nodes=1, need_gb=gib(need.total))
-    return _Layout(host, cards)
-
-
-# A plan sizes every artifact for every class of card, and a worker plans the same repositories over and
-# over (each job, each re-plan on a wake-up) against the same few classes. These are pure functions of
-# values, so what they give is kept (to a bound) rather than worked out again on every plan.
-SIZING_CACHE = 65_536
-"""Sizings kept per function: a few hundred per repository served."""
-
-
-@lru_cache(maxsize=SIZING_CACHE)
-def _host_need(weights: int, kv: int, s: Sizing) -> Need:
-    return llamacpp_host(weights, kv, s.shape, context=s.context, estimate=s.estimate)
-
-
-@lru_cache(maxsize=SIZING_CACHE)
-def _gguf_width(weights: int, kv: int, mem_gb: int, max_gpus: int, s: Sizing) -> tuple[int, Need] | None:
-    """The fewest of a node's cards of ``mem_gb`` GiB that hold a llama.cpp split, and what each holds
-    (more cards than the fewest buy nothing here); None when even ``max_gpus`` do not."""
-    for width in range(1, max_gpus + 1):
-        need = llamacpp_split(weights, kv, width, s.shape, context=s.context, estimate=s.estimate)
-        if fits(gib(need.total), mem_gb):
-            return width, need
-    return None
-
-
-@lru_cache(maxsize=SIZING_CACHE)
-def _vllm_need(weights: int, kv: int, shape: Shape, tp: int, pp: int, s: Sizing) -> Need:
-    spread = vllm_kv_spread(shape, kv, tp)
-    return vllm_split(weights, spread, s.shape, tp=tp, pp=pp, context=s.context, estimate=s.estimate)
 
 
 def vllm_options(
@@ -186,7 +166,7 @@ def vllm_options(
     weights = a.weights_bytes
 
     def need(tp: int, pp: int = 1) -> Need:
-        return _vllm_need(weights, kv, shape, tp, pp, s)
+        return vllm_need(weights, kv, shape, tp, pp, s)
 
     def per_card_gb(tp: int, pp: int = 1) -> float:
         return gib(need(tp, pp).total)

@@ -8,9 +8,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner import Artifact, Option, PoolNode, Shape, options, rank, rank_key
+from planner import Artifact, Option, PoolNode, Shape, layouts, options, rank, rank_key
 from planner.constants import GIB
-from planner.options import _gguf_layout, _gguf_width, _host_need, _vllm_need
 
 CLASSES = [("h100-80g", 80), ("a100-40g", 40), ("l40s-48g", 48), ("rtx4090-24g", 24), ("mi", 192)]
 FABRICS = ["", "ib-a", "ib-b"]
@@ -136,8 +135,7 @@ def covers(p: Option, o: Option) -> bool:
 
 
 def _cold_options(arts: list[Artifact], shape: Shape, pool: list[PoolNode], ctx: int) -> list[Option]:
-    for kept in (_gguf_layout, _gguf_width, _host_need, _vllm_need):
-        kept.cache_clear()
+    layouts.clear()
     return options(arts, shape, pool, ctx)
 
 
