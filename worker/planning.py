@@ -46,7 +46,7 @@ def claim(store: Store, job_id: str, worker: str) -> JobRecord | None:
     """Take a queued job (or one whose planner's lease ran out) into ``planning`` for ``worker``; None
     when there is nothing to do: another worker has it, or it was planned already."""
     for _ in range(C.PLAN_ATTEMPTS):
-        rec = readable_job(store, job_id)
+        rec = readable_job(store, job_id, with_pool=True)
         if rec is None:
             log.warning("job_missing", job_id=job_id)
             return None
@@ -65,11 +65,12 @@ def claim(store: Store, job_id: str, worker: str) -> JobRecord | None:
     return None
 
 
-def readable_job(store: Store, job_id: str) -> JobRecord | None:
+def readable_job(store: Store, job_id: str, *, with_pool: bool = False) -> JobRecord | None:
     """A job's record for a worker to act on; None when there is none or it does not parse (then it is
-    marked failed, or left alone and reported when a newer modelplan wrote it)."""
+    marked failed, or left alone and reported when a newer modelplan wrote it). ``with_pool``: the pool
+    is brought up to date in the same round trip, for a plan about to be made."""
     try:
-        return store.job(job_id)
+        return store.job_and_pool(job_id) if with_pool else store.job(job_id)
     except BadRecord as e:
         store.fail_unreadable_job(job_id, e)
         return None

@@ -61,13 +61,34 @@ def full_read(store: Store) -> Mirror:
 def catch_up(store: Store, mirror: Mirror) -> bool:
     """Apply to ``mirror`` what ``pool:changes`` holds past it; False when it cannot (the stream was
     trimmed past it, or is gone, or holds more than one read takes)."""
-    k = store.keys
     with store.redis.pipeline(transaction=False) as pipe:
-        pipe.xinfo_stream(k.pool_changes)
-        pipe.xrange(k.pool_changes, min="(" + mirror.last_id, count=C.MIRROR_BATCH)
-        pipe.get(k.epoch)
-        pipe.time()
-        info, entries, epoch, (secs, micros) = pipe.execute(raise_on_error=False)
+        ask_changes(pipe, store, mirror)
+        replies = pipe.execute(raise_on_error=False)
+    return apply_changes(store, mirror, replies)
+
+
+CHANGE_REPLIES = 4
+"""The replies ``ask_changes`` adds to a pipeline."""
+
+
+def ask_changes(pipe: Any, store: Store, mirror: Mirror) -> None:
+    """Queue on ``pipe`` the reads that bring ``mirror`` up to date (``CHANGE_REPLIES`` of them), so
+    that a worker can read them in the same round trip as what else it needs."""
+    k = store.keys
+    pipe.xinfo_stream(k.pool_changes)
+    pipe.xrange(k.pool_changes, min="(" + mirror.last_id, count=C.MIRROR_BATCH)
+    pipe.get(k.epoch)
+    pipe.time()
+
+
+def apply_changes(store: Store, mirror: Mirror, replies: list[Any]) -> bool:
+    """Apply the replies to ``ask_changes`` (read with ``raise_on_error=False``); False when the mirror
+    cannot catch up from them."""
+    info, entries, epoch, now = replies
+    for reply in (epoch, now):
+        if isinstance(reply, Exception):
+            raise reply
+    secs, micros = now
     if isinstance(info, Exception):  # no stream: nothing has changed since a pool with none, or it was lost
         if mirror.last_id != "0-0" or isinstance(entries, Exception) or entries:
             return False

@@ -245,6 +245,23 @@ class Store:
         raw = self.redis.get(key)
         return read_record(JobRecord, raw, key) if raw is not None else None
 
+    def job_and_pool(self, job_id: str) -> JobRecord | None:
+        """``job(job_id)``, with the pool brought up to date (``snapshot()``) in the same round trip: what
+        a worker reads before it plans a job."""
+        key = self.keys.job(job_id)
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(key)
+            if self._mirror is not None:
+                poolread.ask_changes(pipe, self, self._mirror)
+            replies = pipe.execute(raise_on_error=False)
+        raw = replies[0]
+        if isinstance(raw, Exception):
+            raise raw
+        if self._mirror is None or not poolread.apply_changes(self, self._mirror, replies[1:]):
+            self._mirror = poolread.full_read(self)
+        self._mirror.read_at = time.monotonic()
+        return read_record(JobRecord, raw, key) if raw is not None else None
+
     def jobs(self, job_ids: Sequence[str]) -> list[JobRecord | BadRecord | None]:
         """Several jobs' records in one round trip: each a record, None, or the ``BadRecord`` it is."""
         if not job_ids:

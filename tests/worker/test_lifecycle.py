@@ -381,24 +381,38 @@ def test_a_batch_of_heartbeats_is_stored_as_one_at_a_time_would_be(client: Clien
     assert client.redis.get(client.keys.node("gpu-3")) is None  # one bad heartbeat: none stored
 
 
-def test_a_plan_on_a_read_a_few_jobs_old_is_still_right(client: Client) -> None:
-    """Workers reuse a pool read for SNAPSHOT_REUSE_S: a card taken meanwhile by another worker makes the
-    commit fail and the plan run again on a fresh read; the job is never placed on the taken card."""
+def test_a_plan_on_a_read_a_moment_old_is_still_right(client: Client, redis_url: str) -> None:
+    """A worker plans on the pool as it read it with the job's record: a card taken meanwhile by another
+    worker makes the commit fail and the plan run again on a fresh read; the job is never placed on the
+    taken card."""
     client.heartbeat(hb("gpu-1", gpus=1, seq=1))
-    drain(client)
-    old = client.store.recent_snapshot(60)
-    assert client.store.recent_snapshot(60) is old
-    taker = client.submit(request())
-    drain(client)  # another worker's Store places it on the only card
-    assert client.get(taker).state is JobState.PLACED
     job = client.submit(request())
     empty_queue(client)
-    rec = planning.claim(client.store, job, "w")
+    rec = planning.claim(client.store, job, "w")  # reads the job and the pool: the card is free
     assert rec is not None
-    assert [n.free_gpus for n in client.store.recent_snapshot(60).nodes] == [1]  # the old read: still free
+    other = Client.from_url(redis_url)  # another worker, with a Store of its own
+    taker = other.submit(request())
+    drain(other)
+    other.redis.close()
+    assert client.get(taker).state is JobState.PLACED
+    assert [n.free_gpus for n in client.store.recent_snapshot(60).nodes] == [1]  # the read: still free
     settled = planning.settle(client.store, rec)
     assert settled is not None and settled.state is JobState.WAITING
     assert whole_state(client)["held"] == {"gpu-1": {taker: 1}}
+
+
+def test_a_plan_reads_the_pool_with_the_job(client: Client) -> None:
+    """The pool is brought up to date in the round trip that reads the job: a node that joined a moment
+    after the last plan is planned on at once, not after the job waited for it."""
+    client.heartbeat(hb("gpu-1", gpus=1, seq=1))
+    first = client.submit(request())
+    drain(client)
+    client.heartbeat(hb("gpu-2", gpus=1, seq=1))
+    second = client.submit(request())
+    drain(client)
+    states: Any = client.redis.xrange(client.keys.job_events(second))
+    assert [e[1][b"state"] for e in states] == [b"queued", b"planning", b"placed"]
+    assert whole_state(client)["held"] == {"gpu-1": {first: 1}, "gpu-2": {second: 1}}
 
 
 def test_a_planning_job_lost_with_its_worker_is_queued_again(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
