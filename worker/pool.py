@@ -328,14 +328,23 @@ class Mirror:
         return first_id == "0-0" or stream_id(first_id) <= stream_id(self.last_id)
 
     def expires(self, node_id: str, at_ms: int) -> None:
+        """A node's heartbeat lapses at ``at_ms`` (it published, or was read). The heap holds one entry a
+        node, pushed back when it comes due (``expire``), so that it does not grow with every refresh."""
+        known = self._lapses.get(node_id)
         self._lapses[node_id] = at_ms
-        heapq.heappush(self._heap, (at_ms, node_id))
+        if known is None or at_ms < known:
+            heapq.heappush(self._heap, (at_ms, node_id))
 
     def expire(self, server_ms: int) -> None:
         """Leave out every node whose heartbeat has lapsed by ``server_ms``, as its key has in Redis."""
         heap = self._heap
         while heap and heap[0][0] <= server_ms:
             at, node_id = heapq.heappop(heap)
-            if self._lapses.get(node_id) == at:
+            lapse = self._lapses.get(node_id)
+            if lapse is None:
+                continue
+            if lapse <= server_ms:
                 del self._lapses[node_id]
                 self.pool.drop_node(node_id)
+            elif lapse != at:  # published since: due again at its new lapse
+                heapq.heappush(heap, (lapse, node_id))

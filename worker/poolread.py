@@ -150,6 +150,11 @@ def _apply_change(store: Store, mirror: Mirror, entry_id: str, fields: dict[Any,
             return
         pool.put_node(node_id, parsed)
         mirror.expires(node_id, int(entry_id.split("-", 1)[0]) + int(text(fields.get(b"t", b"0")) or 0))
+    elif b"t" in fields:
+        # a refresh: the node reports what it did, and only when its heartbeat lapses moves. A node the
+        # mirror does not hold (its record did not parse) stays out until a heartbeat that changes it
+        if node_id in pool.records:
+            mirror.expires(node_id, int(entry_id.split("-", 1)[0]) + int(text(fields[b"t"]) or 0))
     elif b"gone" in fields:
         pool.drop_node(node_id)
     elif b"h" in fields:

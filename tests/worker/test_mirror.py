@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -130,6 +131,38 @@ def test_a_node_whose_heartbeat_lapsed_leaves_the_mirror(redis_url: str, monkeyp
     assert [n.id for n in store.snapshot().nodes] == ["brief"]
     time.sleep(0.5)
     assert store.snapshot().nodes == []
+
+
+def test_a_refresh_goes_onto_the_stream_as_its_lapse_only(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heartbeat that repeats what its node reported (a later seq, the same figures) adds only its TTL to
+    pool:changes, which keeps the node in a worker's mirror past its first lapse; one that changes a
+    figure, or comes from a new boot, adds the record."""
+    monkeypatch.setattr(C, "NODE_TTL_MS", 400)
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("steady", gpus=2, seq=1))
+    store = Store(redis.Redis.from_url(redis_url), client.keys)
+    assert [n.id for n in store.snapshot().nodes] == ["steady"]
+    for seq in range(2, 6):
+        time.sleep(0.15)
+        client.heartbeat(hb("steady", gpus=2, seq=seq))
+        assert view(store.snapshot()) == [("steady", 2, 256)]  # 0.75 s on: kept by the refreshes alone
+    client.heartbeat(hb("steady", gpus=2, free=1, seq=6))
+    client.heartbeat(hb("steady", gpus=2, free=1, seq=1, boot="boot-2"))
+    entries: Any = client.redis.xrange(client.keys.pool_changes)
+    kinds = [sorted(k.decode() for k in fields) for _, fields in entries]
+    assert kinds == [["n", "r", "t"]] + [["n", "t"]] * 4 + [["n", "r", "t"]] * 2
+    assert view(store.snapshot()) == view(fresh(client.redis)) == [("steady", 1, 256)]
+
+
+def test_a_refreshed_node_still_lapses_when_its_refreshes_stop() -> None:
+    mirror = Mirror("1-0", 0)
+    mirror.pool.put_node("a", parsed("a"))
+    for at in (1_000, 2_000, 3_000):  # refreshes: one entry on the heap, moved on when it comes due
+        mirror.expires("a", at)
+    mirror.expire(2_500)
+    assert sorted(mirror.pool.records) == ["a"]
+    mirror.expire(3_000)
+    assert mirror.pool.records == {}
 
 
 def test_a_commit_on_a_stale_mirror_fails_and_plans_again(redis_url: str) -> None:
