@@ -77,8 +77,12 @@ POOL_CHANGES_MAXLEN = 200_000
 """Changes kept on ``pool:changes``: ten seconds of 20,000 heartbeats a second. A worker further behind
 than this reads the whole pool again."""
 MIRROR_BATCH = 20_000
-"""The most changes a worker takes from ``pool:changes`` in one read; more waiting means it is far behind,
-and reads the whole pool instead."""
+"""The most changes a worker takes from ``pool:changes`` in one read; more waiting are read in further
+pages of this size, while the stream still holds them."""
+MIRROR_IDLE_READ_S = 1
+"""An idle worker brings its mirror up to date this often (its wait for the next job times out), so that
+the first job after a quiet spell finds it at most a second behind: 20,000 changes at 20,000 heartbeats a
+second, a page."""
 
 REQUEST_GROUP = "workers"
 """The consumer group every worker reads the request stream in: each entry goes to one worker."""

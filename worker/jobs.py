@@ -10,6 +10,7 @@ import time
 import structlog
 from rq import get_current_job
 
+from worker import constants as C
 from worker import metrics, moves, planning, waking
 from worker.keys import Keys
 from worker.store import Store
@@ -29,6 +30,13 @@ def _store(prefix: str) -> tuple[Store, str]:
     if store is None or store.redis is not job.connection:
         store = _stores[key] = Store(job.connection, Keys(prefix))
     return store, worker
+
+
+def keep_warm(connection: object, prefix: str) -> None:
+    """Between jobs: bring this process's pool mirror for ``prefix`` up to date if it has sat a while."""
+    store = _stores.get((id(connection), prefix))
+    if store is not None and store.redis is connection:
+        store.keep_warm(C.MIRROR_IDLE_READ_S)
 
 
 def plan_job(prefix: str, job_id: str) -> str | None:

@@ -95,13 +95,27 @@ def apply_changes(store: Store, mirror: Mirror, replies: list[Any]) -> bool:
         info = {}
     elif not mirror.continues(info):
         return False
-    if isinstance(entries, Exception) or len(entries) >= C.MIRROR_BATCH:
+    if isinstance(entries, Exception):
         return False
-    pool = mirror.pool
     for entry_id, fields in entries:
         _apply_change(store, mirror, text(entry_id), fields)
+    for _ in range(C.POOL_CHANGES_MAXLEN // C.MIRROR_BATCH + 1):
+        if len(entries) < C.MIRROR_BATCH:
+            break
+        # more wait: read on a page at a time, each checked against a trim that overtook the mirror meanwhile
+        with store.redis.pipeline(transaction=False) as pipe:
+            pipe.xinfo_stream(store.keys.pool_changes)
+            pipe.xrange(store.keys.pool_changes, min="(" + mirror.last_id, count=C.MIRROR_BATCH)
+            pipe.time()
+            info, entries, (secs, micros) = pipe.execute()
+        if not mirror.continues(info):
+            return False
+        for entry_id, fields in entries:
+            _apply_change(store, mirror, text(entry_id), fields)
+    else:
+        return False  # changes come faster than this worker applies them: read the pool whole
     mirror.expire(secs * 1000 + micros // 1000)
-    pool.epoch = text(epoch) if epoch is not None else "0"
+    mirror.pool.epoch = text(epoch) if epoch is not None else "0"
     return True
 
 

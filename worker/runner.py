@@ -18,7 +18,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from worker import constants as C
-from worker import logs, metrics, requests
+from worker import jobs, logs, metrics, requests
 from worker.config import connect, estimate, redact
 from worker.errors import RedisUnavailable, Refused
 from worker.keys import Keys
@@ -36,6 +36,19 @@ class PlanningWorker(SimpleWorker):
     A job that ``vet`` refuses is logged once (its id and the function it named) and dropped from RQ's
     keys without being started: nothing is imported or called, and nothing of modelplan's is touched.
     """
+
+    prefix = ""
+    """The key prefix of the planning queue it works (set by ``planning_worker``)."""
+
+    @property
+    def dequeue_timeout(self) -> int:
+        # its wait for the next job times out every so often, so that an idle worker's mirror keeps up
+        return C.MIRROR_IDLE_READ_S
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        super().heartbeat(timeout, pipeline)
+        if pipeline is None and self.prefix:
+            jobs.keep_warm(self.connection, self.prefix)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         prefix = job.prefix if isinstance(job, PlanningJob) else ""
@@ -63,7 +76,9 @@ def planning_worker(store: Store, cls: type[PlanningWorker] = PlanningWorker, **
     """A worker on ``store``'s planning queue, with its queue and job classes (and so its keys)."""
     queue = store.queue
     classes: dict[str, Any] = {"queue_class": type(queue), "job_class": queue.job_class}
-    return cls([queue], connection=store.redis, serializer=JSONSerializer, **classes, **kw)
+    worker = cls([queue], connection=store.redis, serializer=JSONSerializer, **classes, **kw)
+    worker.prefix = store.keys.prefix
+    return worker
 
 
 class InProcessWorker(PlanningWorker):

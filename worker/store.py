@@ -123,6 +123,12 @@ class Store:
             return self.snapshot()
         return self._mirror.pool
 
+    def keep_warm(self, idle_s: float) -> None:
+        """Bring the mirror up to date if it was last read more than ``idle_s`` ago: a worker between
+        jobs, so that the next job does not find it far behind."""
+        if self._mirror is not None and time.monotonic() - self._mirror.read_at > idle_s:
+            self.snapshot()
+
     def snapshot(self) -> Snapshot:
         """The pool as it is now: this store's mirror of it, brought up to date from ``pool:changes`` in one
         round trip; the whole pool read afresh the first time, and whenever the mirror cannot catch up

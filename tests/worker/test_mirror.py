@@ -14,9 +14,11 @@ from producer import Client
 from tests.redis_server import RedisServer
 from tests.worker.helpers import drain, hb, request
 from worker import constants as C
+from worker import jobs
 from worker.keys import Keys
 from worker.pool import Held, Mirror, ParsedNode, Snapshot
 from worker.records import NodeRecord, utcnow
+from worker.runner import InProcessWorker, planning_worker
 from worker.store import Store
 
 
@@ -163,6 +165,53 @@ def test_a_refreshed_node_still_lapses_when_its_refreshes_stop() -> None:
     assert sorted(mirror.pool.records) == ["a"]
     mirror.expire(3_000)
     assert mirror.pool.records == {}
+
+
+def test_a_mirror_far_behind_reads_on_page_by_page(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More changes waiting than one read takes are read in pages, not by reading the pool whole; a trim
+    that overtakes the mirror between two pages sends it back to a whole read."""
+    monkeypatch.setattr(C, "MIRROR_BATCH", 3)
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("gpu-0", gpus=4, seq=1))
+    mirror = client.store.snapshot()
+    for seq in range(2, 12):  # ten changes: four pages
+        client.heartbeat(hb("gpu-0", gpus=4, free=seq % 4, seq=seq))
+    client.heartbeat(hb("gpu-1", gpus=2, seq=1))
+    assert client.store.snapshot() is mirror
+    assert view(mirror) == view(fresh(client.redis)) == [("gpu-0", 3, 256), ("gpu-1", 2, 256)]
+    calls: list[int] = []
+    xrange = redis.client.Pipeline.xrange
+
+    def trimmed_after_the_first_page(pipe: redis.client.Pipeline, *args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # the second page is asked for: the stream is trimmed past the mirror first
+            client.redis.xtrim(client.keys.pool_changes, maxlen=1, approximate=False)
+        return xrange(pipe, *args, **kw)
+
+    for seq in range(12, 20):
+        client.heartbeat(hb("gpu-0", gpus=4, free=seq % 4, seq=seq))
+    monkeypatch.setattr(redis.client.Pipeline, "xrange", trimmed_after_the_first_page, raising=False)
+    again = client.store.snapshot()
+    assert len(calls) == 2 and again is not mirror
+    assert view(again) == view(fresh(client.redis))
+
+
+def test_an_idle_worker_keeps_its_mirror_up(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker waiting for jobs brings its mirror up to date each time its wait times out, so that the
+    next job does not find it far behind."""
+    monkeypatch.setattr(C, "MIRROR_IDLE_READ_S", 0)
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("gpu-0", gpus=4))
+    client.submit(request())
+    worker = planning_worker(client.store, InProcessWorker)
+    worker.work(burst=True, logging_level="WARNING")
+    store = jobs._stores[(id(client.redis), client.keys.prefix)]
+    before = store.recent_snapshot(60)
+    client.heartbeat(hb("gpu-1", gpus=2))
+    assert [n.id for n in store.recent_snapshot(60).nodes] == ["gpu-0"]  # not read since
+    worker.heartbeat()
+    assert store.recent_snapshot(60) is before
+    assert view(before) == view(fresh(client.redis))
 
 
 def test_a_commit_on_a_stale_mirror_fails_and_plans_again(redis_url: str) -> None:
