@@ -13,26 +13,38 @@ import itertools
 import json
 import math
 import multiprocessing
-import os
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import redis
 from rq import Queue
-from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
+from bench.common import (
+    CONTEXT,
+    FULL,
+    NOOP_PREFIX,
+    PLAN_PREFIX,
+    QUICK,
+    SMOKE,
+    Refresher,
+    Sizes,
+    Workers,
+    emit,
+    load_pool,
+    pct,
+    quiet,
+    ready,
+    records_of,
+    wait_state,
+)
 from bench.pool import BOOT, pool, pool_nodes, repository
 from planner.decide import plan_job
 from producer.client import Client, request_from_repository
@@ -41,19 +53,11 @@ from worker import constants as C
 from worker.config import configure_logging
 from worker.keys import Keys
 from worker.queueing import queue_class
-from worker.records import JobState, NodeRecord, utcnow
-from worker.scripts import text
+from worker.records import JobState
 from worker.store import Store
 
-ROOT = Path(__file__).resolve().parents[1]
-CONTEXT = 8192
-"""Tokens of context every benchmark job asks for."""
-PLAN_PREFIX = "bench"
-NOOP_PREFIX = "bench-noop"
 NOOP_FUNC = "bench.noop.noop"
 """What the no-op jobs name: run by ``bench.noop``'s worker, which modelplan's would refuse."""
-REFRESH_SLICES = 50
-"""A refreshed pool's heartbeats arrive in this many slices per interval (every 0.1 s), not all at once."""
 INGEST_BATCH = 1000
 """Heartbeats per ``Client.heartbeats`` call: a relay's batch."""
 INGEST_PUBLISHERS = 2
@@ -63,123 +67,6 @@ WAKE_WARMUP = 3
 """Trials run before the timed ones, so that imports and connections are warm."""
 POLL_S = 0.002
 """How often a throughput run looks at the queue and the workers' counts."""
-
-
-@dataclass(frozen=True, slots=True)
-class Sizes:
-    """How much each figure measures: ``--quick`` is a smaller run of the same code."""
-
-    jobs: int
-    workers: tuple[int, ...]
-    pool: int
-    wake_trials: int
-    plan_pools: tuple[int, ...]
-    plan_artifacts: tuple[int, ...]
-    plan_seconds: float
-    snapshot_pools: tuple[int, ...]
-    snapshot_reads: int
-    ingest_nodes: int
-    ingest_rounds: int
-    single_heartbeats: int
-
-
-FULL = Sizes(1500, (1, 2, 4), 1000, 300, (100, 1_000, 10_000, 100_000), (1, 10, 30), 1.0, (1_000, 10_000, 100_000),
-             20, 20_000, 3, 5_000)  # fmt: skip
-QUICK = Sizes(400, (1, 2, 4), 1000, 60, (100, 1_000, 10_000, 100_000), (1, 30), 0.3, (1_000, 10_000, 100_000),
-              5, 10_000, 2, 2_000)  # fmt: skip
-SMOKE = Sizes(40, (1,), 100, 5, (100, 1_000), (1, 30), 0.05, (1_000,), 3, 1_000, 1, 200)  # fmt: skip
-"""For the test suite: every figure, tiny, in a few seconds. Its values mean nothing."""
-
-
-def emit(name: str, value: float, unit: str, baseline: float | None = None) -> dict[str, Any]:
-    line: dict[str, Any] = {"name": name, "value": round(value, 4), "unit": unit}
-    if baseline is not None:
-        line["baseline"] = round(baseline, 4)
-        line["ratio"] = round(value / baseline, 4) if baseline else None
-    print(json.dumps(line), flush=True)
-    return line
-
-
-def records_of(beats: Sequence[dict[str, Any]]) -> list[NodeRecord]:
-    at = utcnow()
-    return [NodeRecord.model_validate({**b, "received_at": at}) for b in beats]
-
-
-def load_pool(store: Store, beats: Sequence[dict[str, Any]], batch: int = 2000) -> None:
-    records = records_of(beats)
-    for i in range(0, len(records), batch):
-        store.put_heartbeats(records[i : i + batch])
-
-
-class Refresher:
-    """Keeps a pool's heartbeats fresh while a figure runs, as its agents would: each node every
-    ``HEARTBEAT_INTERVAL_S``, spread evenly over the interval in slices of ``REFRESH_SLICES``, figures
-    unchanged (so that nothing wakes), the next ``seq`` each time."""
-
-    def __init__(self, url: str, beats: list[dict[str, Any]], skip: set[str] | None = None) -> None:
-        self.store = Store(redis.Redis.from_url(url), Keys(PLAN_PREFIX))
-        self.beats = [b for b in beats if b["node_id"] not in (skip or set())]
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        seq = 1
-        step = C.HEARTBEAT_INTERVAL_S / REFRESH_SLICES
-        slices = [self.beats[i::REFRESH_SLICES] for i in range(REFRESH_SLICES)]
-        while True:
-            seq += 1
-            for part in slices:
-                if self.stop.wait(step):
-                    return
-                load_pool(self.store, [{**b, "seq": seq} for b in part])
-
-    def __enter__(self) -> Refresher:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-        self.store.redis.close()
-
-
-class Workers:
-    """``modelplan worker`` processes, the real path: RQ SimpleWorkers on the queue of ``prefix``. Their
-    logs go to files, shown if they stop before their work is done."""
-
-    def __init__(self, url: str, prefix: str, count: int, *, burst: bool) -> None:
-        cmd = [sys.executable, "-m", "producer.cli", "worker", "--redis-url", url, "--prefix", prefix]
-        if burst:
-            cmd.append("--burst")
-        if prefix == NOOP_PREFIX:  # modelplan's worker runs only modelplan's jobs: the no-op's own worker
-            cmd = [sys.executable, "-m", "bench.noop", url, prefix]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.logs = [tempfile.TemporaryFile() for _ in range(count)]  # noqa: SIM115 (closed by stop)
-        self.procs = [
-            subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log, env=env) for log in self.logs
-        ]
-
-    def check(self) -> None:
-        """Raise, with their logs, if every worker has stopped."""
-        if all(p.poll() is not None for p in self.procs):
-            tails = []
-            for log in self.logs:
-                log.seek(0)
-                tails.append(log.read()[-2000:].decode(errors="replace"))
-            raise RuntimeError("every worker stopped before the work was done:\n" + "\n---\n".join(tails))
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for log in self.logs:
-            log.close()
 
 
 def drain_rate(r: redis.Redis, url: str, prefix: str, jobs: int, workers: int) -> float:
@@ -268,7 +155,7 @@ def wake_latency(url: str, sizes: Sizes) -> None:
     times: list[float] = []
     ws = Workers(url, PLAN_PREFIX, WAKE_WORKERS, burst=False)
     try:
-        _ready(r, WAKE_WORKERS)
+        ready(r, WAKE_WORKERS)
         with Refresher(url, beats, skip={node["node_id"]}):
             for trial in range(-WAKE_WARMUP, sizes.wake_trials):
                 seq += 1
@@ -276,62 +163,23 @@ def wake_latency(url: str, sizes: Sizes) -> None:
                 job_id = f"wake-{trial + WAKE_WARMUP}"
                 client.submit(req, job_id=job_id)
                 stream = client.keys.job_events(job_id)
-                last = _wait_state(r, stream, "0-0", {JobState.WAITING.value})
-                _quiet(r)
+                last = wait_state(r, stream, "0-0", {JobState.WAITING.value})
+                quiet(r)
                 seq += 1
                 t0 = time.perf_counter()
                 client.heartbeat({**node, "seq": seq, "free_gpus": 1})
-                _wait_state(r, stream, last, {JobState.PLACED.value})
+                wait_state(r, stream, last, {JobState.PLACED.value})
                 if trial >= 0:
                     times.append(time.perf_counter() - t0)
                 client.release(job_id)
-                _quiet(r)
+                quiet(r)
     finally:
         ws.stop()
     times.sort()
     emit("wake_latency_p50", statistics.median(times) * 1000, "ms")
-    emit("wake_latency_p99", _pct(times, 0.99) * 1000, "ms")
+    emit("wake_latency_p99", pct(times, 0.99) * 1000, "ms")
     client.redis.close()
     r.close()
-
-
-def _ready(r: redis.Redis, workers: int) -> None:
-    """Wait until ``workers`` workers listen on the planning queue."""
-    key = f"rq:workers:{Keys(PLAN_PREFIX).queue_name}"
-    deadline = time.monotonic() + 60
-    while r.scard(key) < workers:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{workers} workers did not start in 60 s")
-        time.sleep(0.05)
-
-
-def _pct(sorted_values: Sequence[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1)]
-
-
-def _wait_state(r: redis.Redis, stream: str, after: str, states: set[str], timeout_s: float = 30) -> str:
-    """Block on a job's stream until it reaches one of ``states``; the entry id it did."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got: Any = r.xread({stream: after}, block=1000)
-        for _, entries in got or []:
-            for entry_id, fields in entries:
-                after = text(entry_id)
-                if text(fields[b"state"]) in states:
-                    return after
-    raise RuntimeError(f"{stream} did not reach {states} in {timeout_s} s")
-
-
-def _quiet(r: redis.Redis) -> None:
-    """Wait until the planning queue is empty and no worker is busy, so that a trial starts alone."""
-    queue = queue_class(PLAN_PREFIX)(Keys(PLAN_PREFIX).queue_name, connection=r)
-    queue_key, started = queue.key, StartedJobRegistry(queue=queue).key
-    for _ in range(5000):
-        if r.llen(queue_key) == 0 and not r.zcard(started):
-            time.sleep(0.005)
-            if r.llen(queue_key) == 0:
-                return
-        time.sleep(0.001)
 
 
 def planner_cost(sizes: Sizes) -> None:
