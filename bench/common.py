@@ -51,13 +51,15 @@ class Sizes:
     ingest_nodes: int
     ingest_rounds: int
     single_heartbeats: int
+    cluster_nodes: int
+    cluster_seconds: float
 
 
 FULL = Sizes(1500, (1, 2, 4), 1000, 300, (100, 1_000, 10_000, 100_000), (1, 10, 30), 1.0, (1_000, 10_000, 100_000),
-             20, 20_000, 3, 5_000)  # fmt: skip
+             20, 20_000, 3, 5_000, 100_000, 60)  # fmt: skip
 QUICK = Sizes(400, (1, 2, 4), 1000, 60, (100, 1_000, 10_000, 100_000), (1, 30), 0.3, (1_000, 10_000, 100_000),
-              5, 10_000, 2, 2_000)  # fmt: skip
-SMOKE = Sizes(40, (1,), 100, 5, (100, 1_000), (1, 30), 0.05, (1_000,), 3, 1_000, 1, 200)  # fmt: skip
+              5, 10_000, 2, 2_000, 20_000, 10)  # fmt: skip
+SMOKE = Sizes(40, (1,), 100, 5, (100, 1_000), (1, 30), 0.05, (1_000,), 3, 1_000, 1, 200, 1_000, 3)  # fmt: skip
 """For the test suite: every figure, tiny, in a few seconds. Its values mean nothing."""
 
 
@@ -124,19 +126,44 @@ class Workers:
         if prefix == NOOP_PREFIX:  # modelplan's worker runs only modelplan's jobs: the no-op's own worker
             cmd = [sys.executable, "-m", "bench.noop", url, prefix]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.logs = [tempfile.TemporaryFile() for _ in range(count)]  # noqa: SIM115 (closed by stop)
-        self.procs = [
-            subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log, env=env) for log in self.logs
-        ]
+        self.folder = tempfile.TemporaryDirectory()
+        self.logs = [Path(self.folder.name) / f"worker-{i}.log" for i in range(count)]
+        self.procs = []
+        for log in self.logs:
+            with log.open("wb") as out:  # the worker keeps its own copy of the file open
+                self.procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env))
 
     def check(self) -> None:
         """Raise, with their logs, if every worker has stopped."""
         if all(p.poll() is not None for p in self.procs):
-            tails = []
-            for log in self.logs:
-                log.seek(0)
-                tails.append(log.read()[-2000:].decode(errors="replace"))
+            tails = [log.read_bytes()[-2000:].decode(errors="replace") for log in self.logs]
             raise RuntimeError("every worker stopped before the work was done:\n" + "\n---\n".join(tails))
+
+    def count_log(self, event: str) -> int:
+        """How many lines of the workers' logs, together, record ``event``."""
+        return sum(self._log_text(log).count(f'"event": "{event}"') for log in self.logs)
+
+    def wait_for_log(self, event: str, timeout_s: float = 300) -> None:
+        """Wait until every worker has logged ``event`` (each its first whole read of the pool, say)."""
+        deadline = time.monotonic() + timeout_s
+        while not all(f'"event": "{event}"' in self._log_text(log) for log in self.logs):
+            self.check()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the workers did not all log {event} in {timeout_s} s")
+            time.sleep(0.05)
+
+    def rss_mib(self) -> list[float]:
+        """Each worker's resident memory now (Linux's ``/proc``), MiB."""
+        out = []
+        for p in self.procs:
+            status = Path(f"/proc/{p.pid}/status").read_text()
+            kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+            out.append(kib / 1024)
+        return out
+
+    @staticmethod
+    def _log_text(log: Path) -> str:
+        return log.read_bytes().decode(errors="replace")
 
     def stop(self) -> None:
         for p in self.procs:
@@ -148,8 +175,7 @@ class Workers:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        for log in self.logs:
-            log.close()
+        self.folder.cleanup()
 
 
 def ready(r: redis.Redis, workers: int) -> None:

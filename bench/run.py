@@ -27,6 +27,7 @@ import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
+from bench.cluster import cluster
 from bench.common import (
     CONTEXT,
     FULL,
@@ -348,6 +349,7 @@ FIGURES: dict[str, Callable[[RedisServer, Sizes], None]] = {
     "planner": lambda s, z: planner_cost(z),
     "snapshot": lambda s, z: snapshot_cost(s.url, z),
     "ingest": lambda s, z: heartbeat_ingest(s.url, s.port, z),
+    "cluster": lambda s, z: cluster(s.url, z),
 }
 
 

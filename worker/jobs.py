@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import redis
 import structlog
 from rq import get_current_job
 
@@ -32,11 +33,14 @@ def _store(prefix: str) -> tuple[Store, str]:
     return store, worker
 
 
-def keep_warm(connection: object, prefix: str) -> None:
-    """Between jobs: bring this process's pool mirror for ``prefix`` up to date if it has sat a while."""
-    store = _stores.get((id(connection), prefix))
-    if store is not None and store.redis is connection:
-        store.keep_warm(C.MIRROR_IDLE_READ_S)
+def keep_warm(connection: redis.Redis, prefix: str) -> None:
+    """Between jobs: bring this process's pool mirror for ``prefix`` up to date if it has sat a while, or
+    read it whole if this worker has none yet (it just started)."""
+    key = (id(connection), prefix)
+    store = _stores.get(key)
+    if store is None or store.redis is not connection:
+        store = _stores[key] = Store(connection, Keys(prefix))
+    store.keep_warm(C.MIRROR_IDLE_READ_S)
 
 
 def plan_job(prefix: str, job_id: str) -> str | None:

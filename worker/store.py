@@ -14,13 +14,15 @@ from typing import Any
 import redis
 
 from worker import constants as C
-from worker import poolread, quarantine
+from worker import logs, poolread, quarantine
 from worker.errors import BadRecord
 from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold, planning_job_id
 from worker.pool import UNREADABLE, Held, HoldSpec, Mirror, Snapshot, parse_cache
 from worker.queueing import planning_queue
 from worker.records import JobRecord, JobState, NodeRecord, read_record
 from worker.scripts import script, text
+
+log = logs.get_logger("modelplan.worker")
 
 
 def now_ms() -> int:
@@ -124,9 +126,9 @@ class Store:
         return self._mirror.pool
 
     def keep_warm(self, idle_s: float) -> None:
-        """Bring the mirror up to date if it was last read more than ``idle_s`` ago: a worker between
-        jobs, so that the next job does not find it far behind."""
-        if self._mirror is not None and time.monotonic() - self._mirror.read_at > idle_s:
+        """Bring the mirror up to date if it was last read more than ``idle_s`` ago, or read it if it was
+        never read: a worker between jobs (or starting), so that the next job does not find it behind."""
+        if self._mirror is None or time.monotonic() - self._mirror.read_at > idle_s:
             self.snapshot()
 
     def snapshot(self) -> Snapshot:
@@ -134,10 +136,20 @@ class Store:
         round trip; the whole pool read afresh the first time, and whenever the mirror cannot catch up
         (the stream trimmed past it, or lost with a Redis restart). A commit re-checks every node's room
         in Lua, so a mirror a moment behind can make a commit fail and re-plan, never double-book."""
-        if self._mirror is None or not poolread.catch_up(self, self._mirror):
-            self._mirror = poolread.full_read(self)
-        self._mirror.read_at = time.monotonic()
-        return self._mirror.pool
+        mirror = self._mirror
+        if mirror is None or not poolread.catch_up(self, mirror):
+            mirror = self._read_whole()
+        mirror.read_at = time.monotonic()
+        return mirror.pool
+
+    def _read_whole(self) -> Mirror:
+        first = self._mirror is None
+        started = time.perf_counter()
+        mirror = self._mirror = poolread.full_read(self)
+        if first:
+            ms = round((time.perf_counter() - started) * 1000, 1)
+            log.info("pool_read_whole", reason="start", nodes=len(mirror.pool.records), ms=ms)
+        return mirror
 
     def silent_nodes(self) -> list[str]:
         """Nodes in the index whose heartbeat has lapsed."""
@@ -263,9 +275,10 @@ class Store:
         raw = replies[0]
         if isinstance(raw, Exception):
             raise raw
-        if self._mirror is None or not poolread.apply_changes(self, self._mirror, replies[1:]):
-            self._mirror = poolread.full_read(self)
-        self._mirror.read_at = time.monotonic()
+        mirror = self._mirror
+        if mirror is None or not poolread.apply_changes(self, mirror, replies[1:]):
+            mirror = self._read_whole()
+        mirror.read_at = time.monotonic()
         return read_record(JobRecord, raw, key) if raw is not None else None
 
     def jobs(self, job_ids: Sequence[str]) -> list[JobRecord | BadRecord | None]:
