@@ -47,6 +47,8 @@ BACKLOG = 4
 """Jobs kept waiting for H200 cards: when one is placed, another is submitted."""
 OTHER_JOBS_PER_S = 10
 """Jobs a second that are placed at once, on whatever cards are free."""
+OTHER = "Meta-Llama-3.1-70B-Instruct-Q4_K_M.gguf"
+"""What those jobs ask for: one card of 80 GiB or more, which the busy pool has free."""
 START_S = 3.0
 """The relays start together this long after they are launched (imported and connected by then)."""
 POLL_S = 0.01
@@ -64,7 +66,7 @@ def cluster(url: str, sizes: Sizes) -> None:
             b["free_gpus"] = 0
     load_pool(client.store, beats)
     waiting_req = request_from_repository(repository(30), model="bench/llama-70b", context=CONTEXT)
-    other_req = request_from_repository(repository(1), model="bench/llama-70b-small", context=CONTEXT)
+    other_req = request_from_repository(repository(30), model="bench/llama-70b", context=CONTEXT, artifact=OTHER)
 
     ws = Workers(url, PLAN_PREFIX, 2, burst=False)
     try:
@@ -122,16 +124,22 @@ def _submit_while(
     are done: the ids of each."""
     waiting_ids: list[str] = []
     other_ids: list[str] = []
+    unplaced: list[str] = []
     started = time.monotonic()
     while not relays.ready():
-        counts = client.counts()
-        for _ in range(BACKLOG - counts["waiting"] - counts["queued"] - counts["planning"]):
+        unplaced = [j for j, rec in zip(unplaced, client.records(unplaced), strict=True) if not _placed(rec)]
+        for _ in range(BACKLOG - len(unplaced)):
             waiting_ids.append(client.submit(waiting_req, job_id=f"w-{len(waiting_ids)}"))
+            unplaced.append(waiting_ids[-1])
         while len(other_ids) < OTHER_JOBS_PER_S * (time.monotonic() - started):
             other_ids.append(client.submit(other_req, job_id=f"o-{len(other_ids)}"))
         ws.check()
         time.sleep(POLL_S)
     return waiting_ids, other_ids
+
+
+def _placed(rec: JobRecord | None) -> bool:
+    return rec is not None and rec.state is JobState.PLACED
 
 
 def _wake_latencies(
@@ -143,7 +151,7 @@ def _wake_latencies(
     out: list[float] = []
     woken = at_once = 0
     for job_id, rec in zip(job_ids, client.records(job_ids), strict=True):
-        if not isinstance(rec, JobRecord) or rec.state is not JobState.PLACED:
+        if rec is None or not _placed(rec):
             continue
         entries: Any = client.redis.xrange(client.keys.job_events(job_id))
         states = [(text(e[1][b"state"]), int(text(e[0]).split("-", 1)[0])) for e in entries]
@@ -162,7 +170,7 @@ def _wake_latencies(
 def _planned(client: Client, job_ids: Sequence[str]) -> int:
     """How many of the jobs have been planned: placed, or waiting for their cards."""
     done = (JobState.PLACED, JobState.WAITING)
-    return sum(1 for rec in client.records(job_ids) if isinstance(rec, JobRecord) and rec.state in done)
+    return sum(1 for rec in client.records(job_ids) if rec is not None and rec.state in done)
 
 
 def relay(
