@@ -300,12 +300,14 @@ def _takers(cards: dict[tuple[int, int], int], width: int) -> tuple[int, int]:
 
 
 _CARDS = attrgetter("gpu_class", "gpu_mem_gb", "fabric", "gpus", "free_gpus")
+_NAME = attrgetter("name")
 
 
 def grouped(nodes: Iterable[PoolNode]) -> list[Group]:
     """``classes(nodes)`` with like nodes counted rather than listed: the same classes in the same order,
-    each with the same fabrics in the same order. Counting the nodes by what a plan reads of them is one
-    pass in C; everything after is in the number of kinds of node (a few hundred in a pool of 100,000)."""
+    each with the same fabrics in the same order (by name). Counting the nodes by what a plan reads of them
+    is one pass in C; everything after is in the number of kinds of node (a few hundred in a pool of
+    100,000)."""
     by: dict[tuple[str, int], Group] = {}
     fabrics: dict[tuple[str, int, str], FabricGroup] = {}
     for (gpu_class, mem_gb, fabric, gpus, free_gpus), count in Counter(map(_CARDS, nodes)).items():
@@ -322,6 +324,8 @@ def grouped(nodes: Iterable[PoolNode]) -> list[Group]:
             c.fabrics.append(fab)
         fab.cards[(gpus, free_gpus)] = fab.cards.get((gpus, free_gpus), 0) + count
         c.cards[(gpus, free_gpus)] = c.cards.get((gpus, free_gpus), 0) + count
+    for c in by.values():
+        c.fabrics.sort(key=_NAME)
     return [by[k] for k in sorted(by)]
 
 
@@ -348,10 +352,12 @@ class HostPool:
 
 
 def classes(nodes: Iterable[PoolNode]) -> list[ClassPool]:
-    """GPU nodes grouped by card, and each by fabric (in the order first seen), classes sorted by label.
+    """GPU nodes grouped by card, and each by fabric, classes sorted by label and fabrics by name.
 
     A class is its label and its card size together: the seed took the first node's size for the whole
-    label, which made the plan depend on the order of heartbeats if two nodes disagreed.
+    label, which made the plan depend on the order of heartbeats if two nodes disagreed. Fabrics are in
+    order of name for the same reason: ``rank`` is stable, so their order breaks ties between otherwise
+    equal layouts on two fabrics, and the order in which nodes were first seen is the order of heartbeats.
     """
     by: dict[tuple[str, int], ClassPool] = {}
     fabrics: dict[tuple[str, int, str], FabricPool] = {}
@@ -368,6 +374,8 @@ def classes(nodes: Iterable[PoolNode]) -> list[ClassPool]:
             fab = fabrics[(*key, n.fabric)] = FabricPool(name=n.fabric)
             c.fabrics.append(fab)
         fab.nodes.append(n)
+    for c in by.values():
+        c.fabrics.sort(key=_NAME)
     return [by[k] for k in sorted(by)]
 
 
