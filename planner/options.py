@@ -6,10 +6,10 @@ or on a CPU node, with what each card would hold, and whether the cards are free
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from operator import attrgetter
 
 from planner.constants import (
@@ -31,6 +31,7 @@ from planner.estimate import (
     llamacpp_split,
     vllm_split,
 )
+from planner.index import FabricGroup, Group, HostPool, Nodes, PoolIndex, PoolView, pool_view
 from planner.model import Artifact, Option, PoolNode, Shape
 from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_kv_spread, vllm_tp_allowed
 from planner.quant import bits_of
@@ -39,16 +40,22 @@ from planner.quant import bits_of
 def options(
     artifacts: Iterable[Artifact],
     shape: Shape,
-    nodes: Sequence[PoolNode],
+    nodes: Nodes,
     context: int,
     estimate: Estimate = DEFAULT_ESTIMATE,
 ) -> list[Option]:
     """Every way each artifact could run, best first.
 
     ``context`` is the token pool: llama.cpp's ``--ctx-size``, or vLLM's ``--max-model-len`` for one
-    sequence. ``estimate`` says how an engine's own cost is counted (``planner.estimate``).
+    sequence. ``estimate`` says how an engine's own cost is counted (``planner.estimate``). ``nodes``: a
+    list is counted (one pass); an index (``planner.index``) has the counts already.
     """
-    pools = grouped(nodes)
+    if isinstance(nodes, PoolIndex | PoolView):
+        view = pool_view(nodes)
+        pools, host_pool = view.groups(), view.hosts
+    else:
+        pools = grouped(nodes)
+        host_pool = partial(HostPool.of, nodes)
     hosts: HostPool | None = None  # only GGUF runs on a CPU: counted when the first one comes
     out: list[Option] = []
     for a in artifacts:
@@ -57,7 +64,7 @@ def options(
         if params > 0:
             bpw = a.weights_bytes * 8 / params
         if a.format == "gguf":
-            hosts = hosts or HostPool.of(nodes)
+            hosts = hosts or host_pool()
             sizing = Sizing(estimate, engine_shape(shape, gguf=True), context)
             out += gguf_options(a, llamacpp_kv_bytes(shape, context), hosts, pools, bpw, sizing)
         elif a.format in ("safetensors", "pytorch"):
@@ -248,57 +255,6 @@ class ClassPool:
         return [n for f in self.fabrics for n in f.nodes]
 
 
-@dataclass(slots=True)
-class FabricGroup:
-    """One card class's nodes on one fabric, as counts: how many nodes have each (cards, free cards)."""
-
-    name: str
-    cards: dict[tuple[int, int], int] = field(default_factory=dict)
-    _takers: dict[int, tuple[int, int]] = field(default_factory=dict)
-
-    def takers(self, width: int) -> tuple[int, int]:
-        """How many nodes have ``width`` cards, and how many of those have them free now."""
-        got = self._takers.get(width)
-        if got is None:
-            got = self._takers[width] = _takers(self.cards, width)
-        return got
-
-
-@dataclass(slots=True)
-class Group:
-    """The GPU nodes of one card class, by fabric, with like nodes counted together: what ``ClassPool``
-    says, in the size of the kinds of node rather than of the pool. Options are made from these."""
-
-    gpu_class: str
-    mem_gb: int
-    max_gpus: int = 0
-    fabrics: list[FabricGroup] = field(default_factory=list)
-    cards: dict[tuple[int, int], int] = field(default_factory=dict)
-    """Every fabric's counts together."""
-    _takers: dict[int, tuple[int, int]] = field(default_factory=dict)
-
-    @property
-    def budget_gb(self) -> float:
-        return card_budget_gb(self.mem_gb)
-
-    def takers(self, width: int) -> tuple[int, int]:
-        """How many of the class's nodes have ``width`` cards, and how many of those have them free now."""
-        got = self._takers.get(width)
-        if got is None:
-            got = self._takers[width] = _takers(self.cards, width)
-        return got
-
-
-def _takers(cards: dict[tuple[int, int], int], width: int) -> tuple[int, int]:
-    hosts = free = 0
-    for (gpus, free_gpus), count in cards.items():
-        if gpus >= width:
-            hosts += count
-            if free_gpus >= width:
-                free += count
-    return hosts, free
-
-
 _CARDS = attrgetter("gpu_class", "gpu_mem_gb", "fabric", "gpus", "free_gpus")
 _NAME = attrgetter("name")
 
@@ -327,28 +283,6 @@ def grouped(nodes: Iterable[PoolNode]) -> list[Group]:
     for c in by.values():
         c.fabrics.sort(key=_NAME)
     return [by[k] for k in sorted(by)]
-
-
-@dataclass(frozen=True, slots=True)
-class HostPool:
-    """The nodes' RAM for CPU options: how many nodes have each size, and the most RAM any node could
-    give a replica now (the lesser of its share of RAM and its free RAM)."""
-
-    sizes: dict[int, int]
-    best_free: float
-
-    @staticmethod
-    def of(nodes: Sequence[PoolNode]) -> HostPool:
-        mem = list(map(attrgetter("host_mem_gb"), nodes))
-        shares = map(HOST_SHARE.__rmul__, mem)
-        best = max(map(min, shares, map(attrgetter("host_free_gb"), nodes)), default=-math.inf)
-        if best <= 0:
-            # only nodes with RAM count; one without gives at most 0, so past 0 the best is theirs anyway
-            best = max(
-                (min(n.host_mem_gb * HOST_SHARE, n.host_free_gb) for n in nodes if n.host_mem_gb > 0),
-                default=-math.inf,
-            )
-        return HostPool(dict(Counter(mem)), best)
 
 
 def classes(nodes: Iterable[PoolNode]) -> list[ClassPool]:
