@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from operator import attrgetter
 
 from planner.constants import (
@@ -148,6 +148,7 @@ def vllm_options(
     s = sizing or Sizing()
     weights = a.weights_bytes
 
+    @cache  # a layout's need is the same on every fabric, and a pool may have hundreds of fabrics
     def need(tp: int, pp: int = 1) -> Need:
         spread = vllm_kv_spread(shape, kv, tp)
         return vllm_split(weights, spread, s.shape, tp=tp, pp=pp, context=s.context, estimate=s.estimate)
