@@ -20,11 +20,12 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from operator import attrgetter
-from typing import TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from planner.constants import HOST_SHARE, card_budget_gb
 from planner.model import Option, PoolNode
@@ -118,6 +119,35 @@ class HostPool:
 
 
 _NAME = attrgetter("name")
+_CARDS = attrgetter("gpu_class", "gpu_mem_gb", "gpus", "free_gpus")
+_FABRIC_CARDS = attrgetter("gpu_class", "gpu_mem_gb", "fabric", "gpus", "free_gpus")
+_GPUS, _HOST_MEM, _HOST_FREE = attrgetter("gpus"), attrgetter("host_mem_gb"), attrgetter("host_free_gb")
+
+
+def counted_groups(
+    counts: Mapping[FabricKey, int],
+) -> tuple[dict[tuple[str, int], Group], dict[tuple[str, int, str], FabricGroup]]:
+    """The classes ``grouped`` makes, by (class, card size), and their fabrics by (class, card size,
+    fabric), from how many nodes there are of each ``FabricKey``."""
+    by: dict[tuple[str, int], Group] = {}
+    fabrics: dict[tuple[str, int, str], FabricGroup] = {}
+    for (gpu_class, mem_gb, fabric, gpus, free_gpus), count in counts.items():
+        if not gpu_class or gpus <= 0 or mem_gb <= 0:
+            continue
+        key = (gpu_class, mem_gb)
+        c = by.get(key)
+        if c is None:
+            c = by[key] = Group(gpu_class=gpu_class, mem_gb=mem_gb)
+        c.max_gpus = max(c.max_gpus, gpus)
+        fab = fabrics.get((*key, fabric))
+        if fab is None:
+            fab = fabrics[(*key, fabric)] = FabricGroup(name=fabric)
+            c.fabrics.append(fab)
+        fab.cards[(gpus, free_gpus)] = fab.cards.get((gpus, free_gpus), 0) + count
+        c.cards[(gpus, free_gpus)] = c.cards.get((gpus, free_gpus), 0) + count
+    for c in by.values():
+        c.fabrics.sort(key=_NAME)
+    return by, fabrics
 
 
 def grouped_key(n: PoolNode) -> tuple[str, int, str, int, int] | None:
@@ -195,13 +225,6 @@ def _merged(lists: Sequence[list[str]]) -> Iterable[str]:
     return lists[0] if len(lists) == 1 else heapq.merge(*lists)
 
 
-def _add_to(lst: list[_T], item: _T, bulk: bool) -> None:
-    if bulk:
-        lst.append(item)
-    else:
-        insort(lst, item)
-
-
 def _remove_from(lst: list[_T], item: _T) -> None:
     del lst[bisect_left(lst, item)]
 
@@ -253,14 +276,40 @@ class PoolIndex:
         self._group_list: list[Group] | None = None
         for n in nodes:
             self._nodes[n.id] = n  # a repeated id replaces the node in its place, as ``put`` does
-        for n in self._nodes.values():
-            self._add(n, bulk=True)
-        for lists in (self._cards, self._fabrics, self._hosts):
-            for ids in lists.values():
-                ids.sort()
-        for frees in self._host_frees.values():
-            frees.sort()
-        self._rooms.sort()
+        if self._nodes:
+            self._load()
+
+    def _load(self) -> None:
+        """List and count every node at once: what ``put`` would, node by node, with the passes in C
+        where they can be."""
+        nodes, ids = list(self._nodes.values()), list(self._nodes)
+        fabric_keys = list(map(_FABRIC_CARDS, nodes))
+        mems, frees = list(map(_HOST_MEM, nodes)), list(map(_HOST_FREE, nodes))
+        signs = [(g > 0) - (g < 0) for g in map(_GPUS, nodes)]
+        for lists, keys in (
+            (self._cards, map(_CARDS, nodes)),
+            (self._fabrics, fabric_keys),
+            (self._hosts, zip(signs, mems, frees, strict=True)),
+        ):
+            by: defaultdict[Any, list[str]] = defaultdict(list)
+            for key, node_id in zip(keys, ids, strict=True):
+                by[key].append(node_id)
+            for listed in by.values():
+                listed.sort()
+            lists.update(by)
+        for ck in self._cards:
+            self._card_keys.setdefault(ck[0], set()).add(ck)
+        for fk in self._fabrics:
+            self._fabric_keys.setdefault((fk[0], fk[2]), set()).add(fk)
+        for sign, mem, free in self._hosts:
+            self._host_frees.setdefault((sign, mem), []).append(free)
+        for sizes in self._host_frees.values():
+            sizes.sort()
+        self._host_sizes = dict(Counter(mems))
+        rooms = map(min, map(HOST_SHARE.__rmul__, mems), frees)
+        self._room = dict(Counter(compress(rooms, map((0).__lt__, mems))))  # of the nodes with RAM
+        self._rooms = sorted(self._room)
+        self._groups, self._fabric_groups = counted_groups(Counter(fabric_keys))
 
     # --- reading ------------------------------------------------------------------------------------------
 
@@ -323,7 +372,7 @@ class PoolIndex:
         if old is not None:
             self._remove(old)
         self._nodes[node.id] = node
-        self._add(node, bulk=False)
+        self._add(node)
 
     def drop(self, node_id: str) -> None:
         """A node leaves the pool (nothing if it is not in it)."""
@@ -331,35 +380,35 @@ class PoolIndex:
         if old is not None:
             self._remove(old)
 
-    def _add(self, n: PoolNode, *, bulk: bool) -> None:
-        """List ``n`` everywhere; ``bulk``: lists are appended to, and sorted once all nodes are in."""
+    def _add(self, n: PoolNode) -> None:
+        """List and count ``n`` everywhere."""
         ck = (n.gpu_class, n.gpu_mem_gb, n.gpus, n.free_gpus)
         ids = self._cards.get(ck)
         if ids is None:
             ids = self._cards[ck] = []
             self._card_keys.setdefault(n.gpu_class, set()).add(ck)
-        _add_to(ids, n.id, bulk)
+        insort(ids, n.id)
 
         fk = (n.gpu_class, n.gpu_mem_gb, n.fabric, n.gpus, n.free_gpus)
         ids = self._fabrics.get(fk)
         if ids is None:
             ids = self._fabrics[fk] = []
             self._fabric_keys.setdefault((n.gpu_class, n.fabric), set()).add(fk)
-        _add_to(ids, n.id, bulk)
+        insort(ids, n.id)
 
         hk = (_sign(n.gpus), n.host_mem_gb, n.host_free_gb)
         ids = self._hosts.get(hk)
         if ids is None:
             ids = self._hosts[hk] = []
-            _add_to(self._host_frees.setdefault(hk[:2], []), n.host_free_gb, bulk)
-        _add_to(ids, n.id, bulk)
+            insort(self._host_frees.setdefault(hk[:2], []), n.host_free_gb)
+        insort(ids, n.id)
 
         self._host_sizes[n.host_mem_gb] = self._host_sizes.get(n.host_mem_gb, 0) + 1
         if n.host_mem_gb > 0:
             room = _room(n)
             count = self._room.get(room, 0)
             if not count:
-                _add_to(self._rooms, room, bulk)
+                insort(self._rooms, room)
             self._room[room] = count + 1
 
         gk = grouped_key(n)

@@ -31,7 +31,7 @@ from planner.estimate import (
     llamacpp_split,
     vllm_split,
 )
-from planner.index import FabricGroup, Group, HostPool, Nodes, PoolIndex, PoolView, pool_view
+from planner.index import FabricGroup, Group, HostPool, Nodes, PoolIndex, PoolView, counted_groups, pool_view
 from planner.model import Artifact, Option, PoolNode, Shape
 from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_kv_spread, vllm_tp_allowed
 from planner.quant import bits_of
@@ -265,24 +265,7 @@ def grouped(nodes: Iterable[PoolNode]) -> list[Group]:
     each with the same fabrics in the same order (by name). Counting the nodes by what a plan reads of them
     is one pass in C; everything after is in the number of kinds of node (a few hundred in a pool of
     100,000)."""
-    by: dict[tuple[str, int], Group] = {}
-    fabrics: dict[tuple[str, int, str], FabricGroup] = {}
-    for (gpu_class, mem_gb, fabric, gpus, free_gpus), count in Counter(map(_CARDS, nodes)).items():
-        if not gpu_class or gpus <= 0 or mem_gb <= 0:
-            continue
-        key = (gpu_class, mem_gb)
-        c = by.get(key)
-        if c is None:
-            c = by[key] = Group(gpu_class=gpu_class, mem_gb=mem_gb)
-        c.max_gpus = max(c.max_gpus, gpus)
-        fab = fabrics.get((*key, fabric))
-        if fab is None:
-            fab = fabrics[(*key, fabric)] = FabricGroup(name=fabric)
-            c.fabrics.append(fab)
-        fab.cards[(gpus, free_gpus)] = fab.cards.get((gpus, free_gpus), 0) + count
-        c.cards[(gpus, free_gpus)] = c.cards.get((gpus, free_gpus), 0) + count
-    for c in by.values():
-        c.fabrics.sort(key=_NAME)
+    by, _ = counted_groups(Counter(map(_CARDS, nodes)))
     return [by[k] for k in sorted(by)]
 
 
