@@ -34,8 +34,6 @@ CardKey: TypeAlias = tuple[str, int, int, int]
 """Card class, card size, cards and free cards: what a one-node layout reads of a node."""
 FabricKey: TypeAlias = tuple[str, int, str, int, int]
 """Card class, card size, fabric, cards and free cards: what a layout over one fabric's nodes reads."""
-_T = TypeVar("_T", str, int, float)
-
 HostKey: TypeAlias = tuple[int, int, int]
 """Whether a node has cards (the sign of its count: -1, 0, 1), its RAM and its free RAM, in GiB: what a
 CPU layout reads."""
@@ -225,7 +223,11 @@ def _merged(lists: Sequence[list[str]]) -> Iterable[str]:
     return lists[0] if len(lists) == 1 else heapq.merge(*lists)
 
 
+_T = TypeVar("_T", str, int, float)
+
+
 def _remove_from(lst: list[_T], item: _T) -> None:
+    """Take ``item`` out of sorted ``lst``, which holds it."""
     del lst[bisect_left(lst, item)]
 
 
