@@ -48,6 +48,7 @@ from bench.common import (
 )
 from bench.pool import BOOT, pool, pool_nodes, repository
 from planner.decide import plan_job
+from planner.index import PoolIndex
 from producer.client import Client, request_from_repository
 from tests.redis_server import RedisServer
 from worker import constants as C
@@ -184,10 +185,11 @@ def wake_latency(url: str, sizes: Sizes) -> None:
 
 
 def planner_cost(sizes: Sizes) -> None:
-    """Time per plan (``plan_job``: every option ranked, nodes chosen) against pool size and artifacts."""
+    """Time per plan (``plan_job``: every option ranked, nodes chosen) against pool size and artifacts, on
+    the pool indexed once, untimed, as a worker's mirror keeps it (``planner.index``)."""
     per: dict[tuple[int, int], float] = {}
     for n in sizes.plan_pools:
-        nodes = pool_nodes(pool(n, busy=True))
+        nodes = PoolIndex(pool_nodes(pool(n, busy=True)))
         for k in sizes.plan_artifacts:
             repo = repository(k)
             runs: list[float] = []

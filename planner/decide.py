@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from itertools import islice
+from typing import Literal, overload
 
-from planner.constants import HOST_SHARE, card_budget_gb, gib
+from planner.constants import HOST_SHARE, gib
 from planner.estimate import DEFAULT_ESTIMATE, Estimate, engine_shape, llamacpp_host, llamacpp_split, vllm_split
+from planner.index import Nodes, PoolIndex, PoolView, pool_view
 from planner.model import Artifact, Option, PoolNode, Shape
 from planner.options import classes, options
 from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_kv_spread, vllm_tp_allowed
@@ -116,78 +118,71 @@ def same_layout(a: Option | None, b: Option | None) -> bool:
     )
 
 
-def _takers(o: Option, nodes: Sequence[PoolNode]) -> list[PoolNode]:
-    """The nodes that could ever hold ``o`` (free now or not)."""
-    if o.cpu:
-        return [n for n in nodes if n.host_mem_gb * HOST_SHARE >= o.need_gb]
-    return [
-        n
-        for n in nodes
-        if n.gpu_class == o.gpu_class
-        and card_budget_gb(n.gpu_mem_gb) == o.have_gb
-        and n.gpus >= o.gpus_per_node
-        and (o.nodes <= 1 or n.fabric == o.fabric)
-    ]
-
-
-def _lack(o: Option, n: PoolNode) -> int:
-    """What ``n`` lacks now to take its share of ``o``: cards, or whole GiB of RAM for the CPU."""
-    if o.cpu:
-        return max(0, int(-(-(o.need_gb - n.host_free_gb) // 1)))
-    return max(0, o.gpus_per_node - n.free_gpus)
-
-
-def choose_nodes(o: Option, nodes: Sequence[PoolNode]) -> tuple[Hold, ...] | None:
+def choose_nodes(o: Option, nodes: Nodes) -> tuple[Hold, ...] | None:
     """The nodes to place ``o`` on now, or None if not enough are free.
 
     Best fit: among the nodes that can take it now, those with the least free room, so that whole free
     nodes stay whole for the jobs that need them. Ties go to the node id, for a stable choice. On the CPU,
     a node without cards comes first (a GPU node's RAM and cores serve its cards' engines: vLLM's swap
     space and loading, llama.cpp's host buffers); failing one, the GPU node with the most RAM free.
+    ``nodes`` is indexed (``planner.index``) if it is a list: the choice reads only the kinds of node that
+    could take ``o``, best fit first, as far as it needs.
     """
-    fit = [n for n in _takers(o, nodes) if _lack(o, n) == 0]
+    view = pool_view(nodes)
     if o.cpu:
-        if not fit:
-            return None
-        best = min(fit, key=lambda n: (n.gpus > 0, -n.host_free_gb if n.gpus else n.host_free_gb, n.id))
-        return (Hold(best.id, 0, o.need_gb),)
+        best = view.cpu_fit(o)
+        return None if best is None else (Hold(best.id, 0, o.need_gb),)
     count = max(o.nodes, 1)
-    if len(fit) < count:
+    chosen = list(islice(view.fitting(o), count))
+    if len(chosen) < count:
         return None
-    chosen = sorted(fit, key=lambda n: (n.free_gpus, n.id))[:count]
     return tuple(Hold(n.id, o.gpus_per_node, 0.0) for n in chosen)
 
 
-def take(nodes: Sequence[PoolNode], holds: Sequence[Hold]) -> list[PoolNode]:
-    """``nodes`` with ``holds`` taken from what is free."""
+@overload
+def take(nodes: PoolIndex | PoolView, holds: Sequence[Hold]) -> PoolView: ...
+@overload
+def take(nodes: Sequence[PoolNode], holds: Sequence[Hold]) -> list[PoolNode]: ...
+def take(nodes: Nodes, holds: Sequence[Hold]) -> PoolView | list[PoolNode]:
+    """``nodes`` with ``holds`` taken from what is free: of an index, a view with the held nodes changed
+    (in the size of ``holds``); of a list, a list."""
     by = {h.node_id: h for h in holds}
+    if isinstance(nodes, PoolIndex | PoolView):
+        view = pool_view(nodes)
+        held = ((view.get(node_id), h) for node_id, h in by.items())
+        return view.with_nodes(_taken(n, h) for n, h in held if n is not None)
     out = []
     for n in nodes:
         h = by.get(n.id)
-        if h is not None:
-            n = replace(n, free_gpus=max(0, n.free_gpus - h.gpus), host_free_gb=max(0, int(n.host_free_gb - h.host_gb)))
-        out.append(n)
+        out.append(n if h is None else _taken(n, h))
     return out
 
 
-def nominate(o: Option, nodes: Sequence[PoolNode]) -> tuple[Hold, ...]:
+def _taken(n: PoolNode, h: Hold) -> PoolNode:
+    return replace(n, free_gpus=max(0, n.free_gpus - h.gpus), host_free_gb=max(0, int(n.host_free_gb - h.host_gb)))
+
+
+def nominate(o: Option, nodes: Nodes) -> tuple[Hold, ...]:
     """The nodes to hold for a waiting job whose best option is ``o``: those nearest to having its cards
     free (then by id), with the cards free on each now, up to what it needs there."""
     if o.cpu:
         return ()
-    takers = sorted(_takers(o, nodes), key=lambda n: (_lack(o, n), n.id))[: max(o.nodes, 1)]
-    if len(takers) < max(o.nodes, 1):
+    wanted = max(o.nodes, 1)
+    takers = [n for _, n in islice(pool_view(nodes).nearest(o), wanted)]
+    if len(takers) < wanted:
         return ()
     return tuple(Hold(n.id, min(o.gpus_per_node, n.free_gpus), 0.0) for n in takers)
 
 
-def wait_for(o: Option, nodes: Sequence[PoolNode], held_for_others: Mapping[str, int] | None = None) -> Wait:
+def wait_for(o: Option, nodes: Nodes, held_for_others: Mapping[str, int] | None = None) -> Wait:
     """Why ``o`` cannot be placed on ``nodes`` now, naming the nodes nearest to free."""
-    takers = sorted(_takers(o, nodes), key=lambda n: (_lack(o, n), n.id))
-    missing = tuple((n.id, _lack(o, n)) for n in takers[:NODES_SHOWN])
+    view = pool_view(nodes)
+    nearest = list(islice(view.nearest(o), NODES_SHOWN))
+    missing = tuple((n.id, k) for k, n in nearest)
     kind: WaitKind = "resources"
     if held_for_others:
-        back = [replace(n, free_gpus=n.free_gpus + held_for_others.get(n.id, 0)) for n in nodes]
+        held = ((view.get(node_id), cards) for node_id, cards in held_for_others.items())
+        back = view.with_nodes(replace(n, free_gpus=n.free_gpus + cards) for n, cards in held if n is not None)
         if choose_nodes(o, back) is not None:
             kind = "priority"
     unit = "GiB of RAM" if o.cpu else "card(s)"
@@ -195,15 +190,15 @@ def wait_for(o: Option, nodes: Sequence[PoolNode], held_for_others: Mapping[str,
     if kind == "priority":
         why = "its cards are held for a job ahead of it"
     else:
-        why = f"{len(takers)} node(s) could hold it; {lacking} {unit}"
+        why = f"{view.takers(o)} node(s) could hold it; {lacking} {unit}"
     text = f"waiting for {o.label} for {o.artifact}: {why}"
-    return Wait(kind, o, tuple(n.id for n in takers[:NODES_SHOWN]), missing, text)
+    return Wait(kind, o, tuple(n.id for _, n in nearest), missing, text)
 
 
 def plan_job(
     artifacts: Sequence[Artifact],
     shape: Shape,
-    nodes: Sequence[PoolNode],
+    nodes: Nodes,
     context: int,
     *,
     replicas: int = 1,
@@ -213,7 +208,9 @@ def plan_job(
     held_for_others: Mapping[str, int] | None = None,
     estimate: Estimate = DEFAULT_ESTIMATE,
 ) -> JobPlan:
-    """Plan every replica of a job against ``nodes`` (what is free for this job).
+    """Plan every replica of a job against ``nodes`` (what is free for this job): a list of nodes, indexed
+    first, or an index or view of one (``planner.index``), on which a plan costs the kinds of node it
+    reads rather than the nodes.
 
     Replicas placed on their best option stay. Past ``replicas``, the waiting ones go first, then those
     on a fallback, then the highest-numbered; new ones are numbered after the highest. Each other
@@ -223,9 +220,10 @@ def plan_job(
     cost is counted.
     """
     kept, dropped = _scale(running, replicas)
-    ranked = tuple(options(artifacts, shape, nodes, context, estimate))
+    view = pool_view(nodes)
+    ranked = tuple(options(artifacts, shape, view, context, estimate))
     if not ranked:
-        why = why_unfit(artifacts, shape, nodes, context, estimate)
+        why = why_unfit(artifacts, shape, view, context, estimate)
         if not ever_fit and not any(r.holds for r in kept):
             return JobPlan("failed", None, (), (), dropped, why)
         gone = Wait("gone", None, (), (), f"no node in the pool can hold it now ({why}); waiting for one")
@@ -235,7 +233,6 @@ def plan_job(
         return JobPlan(_outcome(plans), None, (), plans, dropped, gone.text)
 
     target = ranked[0]
-    view = list(nodes)
     plans_list: list[ReplicaPlan] = []
     for r in kept:
         if r.holds and r.on_target:
@@ -306,7 +303,7 @@ def _reason(target: Option, plans: Sequence[ReplicaPlan]) -> str:
 def why_unfit(
     artifacts: Sequence[Artifact],
     shape: Shape,
-    nodes: Sequence[PoolNode],
+    nodes: Nodes,
     context: int,
     estimate: Estimate = DEFAULT_ESTIMATE,
 ) -> str:

@@ -6,19 +6,15 @@ or on a CPU node, with what each card would hold, and whether the cards are free
 
 from __future__ import annotations
 
-import bisect
-import itertools
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from operator import attrgetter
 
 from planner import layouts
 from planner.constants import (
     CPU_QUALITY_CAP,
-    HOST_SHARE,
     PAST_CAP_PENALTY,
     QUALITY_CAP,
     card_budget_gb,
@@ -32,6 +28,7 @@ from planner.estimate import (
     Sizing,
     engine_shape,
 )
+from planner.index import FabricGroup, Group, HostPool, Nodes, PoolIndex, PoolView, counted_groups, pool_view
 from planner.layouts import LAYOUT_CACHE, Classes, GgufLayout, gguf_layout, vllm_need
 from planner.model import Artifact, Option, PoolNode, Shape
 from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_tp_allowed
@@ -41,24 +38,31 @@ from planner.quant import bits_of
 def options(
     artifacts: Iterable[Artifact],
     shape: Shape,
-    nodes: Sequence[PoolNode],
+    nodes: Nodes,
     context: int,
     estimate: Estimate = DEFAULT_ESTIMATE,
 ) -> list[Option]:
     """Every way each artifact could run, best first.
 
     ``context`` is the token pool: llama.cpp's ``--ctx-size``, or vLLM's ``--max-model-len`` for one
-    sequence. ``estimate`` says how an engine's own cost is counted (``planner.estimate``).
+    sequence. ``estimate`` says how an engine's own cost is counted (``planner.estimate``). ``nodes``: a
+    list is counted (one pass); an index (``planner.index``) has the counts already.
 
     What each file needs on each class is sized once and kept (``planner.layouts``), and so is the
     ranking a request's options come to for the pool's counts: a worker planning the same repository
     again, on a pool whose counts moved only where no option's do, ranks nothing anew.
     """
-    pools = grouped(nodes)
+    if isinstance(nodes, PoolIndex | PoolView):
+        view = pool_view(nodes)
+        pools = view.groups()
+        hosts: Callable[[], HostPool] = view.hosts
+    else:
+        pools = grouped(nodes)
+        hosts = lambda: HostPool.of(nodes)  # noqa: E731 (counted only for a request with a GGUF)
     request = _request(
         tuple(artifacts), shape, context, estimate, tuple((c.gpu_class, c.mem_gb, c.max_gpus) for c in pools)
     )
-    host_pool = HostPool.of(nodes) if request.in_ram else None
+    host_pool = hosts() if request.in_ram else None
     originals = tuple(tuple(vllm_options(a, kv, shape, pools, bpw, s)) for a, kv, bpw, s in request.originals)
     counts = (
         tuple(_counted(pools[i], width) for i, width in request.widths),
@@ -165,6 +169,7 @@ def vllm_options(
     s = sizing or Sizing()
     weights = a.weights_bytes
 
+    @cache  # a layout's need is the same on every fabric, and a pool may have hundreds of fabrics
     def need(tp: int, pp: int = 1) -> Need:
         return vllm_need(weights, kv, shape, tp, pp, s)
 
@@ -271,124 +276,26 @@ class ClassPool:
         return [n for f in self.fabrics for n in f.nodes]
 
 
-@dataclass(slots=True)
-class FabricGroup:
-    """One card class's nodes on one fabric, as counts: how many nodes have each (cards, free cards)."""
-
-    name: str
-    cards: dict[tuple[int, int], int] = field(default_factory=dict)
-    _takers: dict[int, tuple[int, int]] = field(default_factory=dict)
-
-    def takers(self, width: int) -> tuple[int, int]:
-        """How many nodes have ``width`` cards, and how many of those have them free now."""
-        got = self._takers.get(width)
-        if got is None:
-            got = self._takers[width] = _takers(self.cards, width)
-        return got
-
-
-@dataclass(slots=True)
-class Group:
-    """The GPU nodes of one card class, by fabric, with like nodes counted together: what ``ClassPool``
-    says, in the size of the kinds of node rather than of the pool. Options are made from these."""
-
-    gpu_class: str
-    mem_gb: int
-    max_gpus: int = 0
-    fabrics: list[FabricGroup] = field(default_factory=list)
-    cards: dict[tuple[int, int], int] = field(default_factory=dict)
-    """Every fabric's counts together."""
-    _takers: dict[int, tuple[int, int]] = field(default_factory=dict)
-
-    @property
-    def budget_gb(self) -> float:
-        return card_budget_gb(self.mem_gb)
-
-    def takers(self, width: int) -> tuple[int, int]:
-        """How many of the class's nodes have ``width`` cards, and how many of those have them free now."""
-        got = self._takers.get(width)
-        if got is None:
-            got = self._takers[width] = _takers(self.cards, width)
-        return got
-
-
-def _takers(cards: dict[tuple[int, int], int], width: int) -> tuple[int, int]:
-    hosts = free = 0
-    for (gpus, free_gpus), count in cards.items():
-        if gpus >= width:
-            hosts += count
-            if free_gpus >= width:
-                free += count
-    return hosts, free
-
-
 _CARDS = attrgetter("gpu_class", "gpu_mem_gb", "fabric", "gpus", "free_gpus")
+_NAME = attrgetter("name")
 
 
 def grouped(nodes: Iterable[PoolNode]) -> list[Group]:
     """``classes(nodes)`` with like nodes counted rather than listed: the same classes in the same order,
-    each with the same fabrics in the same order. Counting the nodes by what a plan reads of them is one
-    pass in C; everything after is in the number of kinds of node (a few hundred in a pool of 100,000)."""
-    by: dict[tuple[str, int], Group] = {}
-    fabrics: dict[tuple[str, int, str], FabricGroup] = {}
-    for (gpu_class, mem_gb, fabric, gpus, free_gpus), count in Counter(map(_CARDS, nodes)).items():
-        if not gpu_class or gpus <= 0 or mem_gb <= 0:
-            continue
-        key = (gpu_class, mem_gb)
-        c = by.get(key)
-        if c is None:
-            c = by[key] = Group(gpu_class=gpu_class, mem_gb=mem_gb)
-        c.max_gpus = max(c.max_gpus, gpus)
-        fab = fabrics.get((*key, fabric))
-        if fab is None:
-            fab = fabrics[(*key, fabric)] = FabricGroup(name=fabric)
-            c.fabrics.append(fab)
-        fab.cards[(gpus, free_gpus)] = fab.cards.get((gpus, free_gpus), 0) + count
-        c.cards[(gpus, free_gpus)] = c.cards.get((gpus, free_gpus), 0) + count
+    each with the same fabrics in the same order (by name). Counting the nodes by what a plan reads of them
+    is one pass in C; everything after is in the number of kinds of node (a few hundred in a pool of
+    100,000)."""
+    by, _ = counted_groups(Counter(map(_CARDS, nodes)))
     return [by[k] for k in sorted(by)]
 
 
-@dataclass(frozen=True, slots=True)
-class HostPool:
-    """The nodes' RAM for CPU options: how many nodes have each size, and the most RAM any node could
-    give a replica now (the lesser of its share of RAM and its free RAM)."""
-
-    sizes: dict[int, int]
-    best_free: float
-    _shares: list[float] = field(init=False, repr=False, compare=False)
-    """Each size's share of RAM a replica may take, largest first, negated (for ``bisect``)."""
-    _hosts: list[int] = field(init=False, repr=False, compare=False)
-    """How many nodes have at least each of those shares."""
-
-    def __post_init__(self) -> None:
-        by_share = sorted(((m * HOST_SHARE, count) for m, count in self.sizes.items() if m > 0), reverse=True)
-        object.__setattr__(self, "_shares", [-share for share, _ in by_share])
-        object.__setattr__(self, "_hosts", list(itertools.accumulate(count for _, count in by_share)))
-
-    def holding(self, need_gb: float) -> tuple[int, float]:
-        """How many nodes' share of RAM holds ``need_gb``, and the largest such share (0 if none)."""
-        k = bisect.bisect_right(self._shares, -need_gb)
-        return (self._hosts[k - 1], -self._shares[0]) if k else (0, 0.0)
-
-    @staticmethod
-    def of(nodes: Sequence[PoolNode]) -> HostPool:
-        mem = list(map(attrgetter("host_mem_gb"), nodes))
-        shares = map(HOST_SHARE.__rmul__, mem)
-        best = max(map(min, shares, map(attrgetter("host_free_gb"), nodes)), default=-math.inf)
-        if best <= 0:
-            # only nodes with RAM count; one without gives at most 0, so past 0 the best is theirs anyway
-            best = max(
-                (min(n.host_mem_gb * HOST_SHARE, n.host_free_gb) for n in nodes if n.host_mem_gb > 0),
-                default=-math.inf,
-            )
-        return HostPool(dict(Counter(mem)), best)
-
-
 def classes(nodes: Iterable[PoolNode]) -> list[ClassPool]:
-    """GPU nodes grouped by card, and each by fabric (in the order first seen), classes sorted by label.
+    """GPU nodes grouped by card, and each by fabric, classes sorted by label and fabrics by name.
 
     A class is its label and its card size together: the seed took the first node's size for the whole
-    label, which made the plan depend on the order of heartbeats if two nodes disagreed.
+    label, which made the plan depend on the order of heartbeats if two nodes disagreed. Fabrics are in
+    order of name for the same reason: ``rank`` is stable, so their order breaks ties between otherwise
+    equal layouts on two fabrics, and the order in which nodes were first seen is the order of heartbeats.
     """
     by: dict[tuple[str, int], ClassPool] = {}
     fabrics: dict[tuple[str, int, str], FabricPool] = {}
@@ -405,6 +312,8 @@ def classes(nodes: Iterable[PoolNode]) -> list[ClassPool]:
             fab = fabrics[(*key, n.fabric)] = FabricPool(name=n.fabric)
             c.fabrics.append(fab)
         fab.nodes.append(n)
+    for c in by.values():
+        c.fabrics.sort(key=_NAME)
     return [by[k] for k in sorted(by)]
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from planner import PoolNode
+from planner.index import PoolIndex, PoolView
 from worker.errors import BadRecord
 from worker.keys import Keys, job_of_hold
 from worker.records import NodeRecord, read_record
@@ -150,12 +151,13 @@ class Snapshot:
     nomination as free for it (``nodes_for``).
 
     A plan reads the pool once per attempt and a worker plans hundreds of times a second, so what does not
-    change between plans is worked out once: a node with nothing held on it is the node as reported, and
-    the nodes as anyone sees them are kept, to be adjusted only where a job's own nomination lies and
-    where a commit (``apply``) changes what is held.
+    change between plans is kept rather than worked out per plan: the nodes as any plan sees them, in a
+    ``PoolIndex`` (indexed once, on the first plan, then changed a node at a time as heartbeats, holds and
+    commits change them), and each job's nominated holds. A plan for a job is a view of that index with
+    only the job's own nominated nodes seen otherwise, so it costs the kinds of node, not the nodes.
     """
 
-    __slots__ = ("_index", "_nominated", "_plain", "_reported", "_started", "epoch", "held", "records")
+    __slots__ = ("_nominated", "_plain", "_reported", "_started", "epoch", "held", "records")
 
     def __init__(
         self,
@@ -171,53 +173,61 @@ class Snapshot:
             parsed = {node_id: ParsedNode.of(r) for node_id, r in records.items()}
         self._reported = {node_id: p.reported for node_id, p in parsed.items()}
         self._started = {node_id: p.started for node_id, p in parsed.items()}
-        self._index = {node_id: i for i, node_id in enumerate(records)}
-        self._plain: list[PoolNode] | None = None
-        self._nominated: dict[str, list[tuple[str, str, int]]] | None = None
+        self._plain: PoolIndex | None = None
+        self._nominated: dict[str, dict[tuple[str, str], int]] = {}
+        """Each job's nominated holds: cards by (node, hold id)."""
+        for node_id, holds in held.items():
+            for hid, h in holds.items():
+                self._note(node_id, hid, None, h)
 
     @property
     def nodes(self) -> list[PoolNode]:
         """The nodes as any plan sees them (no job's nomination counted as free)."""
-        return self.nodes_for(None)
+        if self._plain is not None:
+            return list(self._plain)
+        return [self._plain_node(node_id) for node_id in self._reported]
 
-    def nodes_for(self, job_id: str | None) -> list[PoolNode]:
+    def nodes_for(self, job_id: str | None) -> PoolView:
         """The nodes as a plan for ``job_id`` sees them (its own nomination counted as free)."""
-        out = list(self._plain_nodes())
-        for node_id in {node_id for node_id, _, _ in self._nominations().get(job_id or "", [])}:
-            i = self._index.get(node_id)
-            if i is not None:
-                out[i] = self._pool_node(node_id, job_id)
-        return out
+        pool = self._index()
+        mine = self._nominated.get(job_id or "")
+        if not mine:
+            return pool.view()
+        nodes = {node_id for node_id, _ in mine} & self._reported.keys()
+        return pool.view(self._pool_node(node_id, job_id) for node_id in nodes)
 
     def held_for_others(self, job_id: str) -> dict[str, int]:
         """Cards nominated on each node for jobs other than ``job_id``."""
         out: dict[str, int] = {}
-        for holds in self._nominations().values():
-            for node_id, job, gpus in holds:
-                if job != job_id:
+        for job, holds in self._nominated.items():
+            if job != job_id:
+                for (node_id, _), gpus in holds.items():
                     out[node_id] = out.get(node_id, 0) + gpus
-        return {node_id: out[node_id] for node_id in self.held if out.get(node_id)}
+        return {node_id: gpus for node_id, gpus in out.items() if gpus}
 
-    def _nominations(self) -> dict[str, list[tuple[str, str, int]]]:
-        """Each job's nominated holds: ``(node, job, cards)``."""
-        if self._nominated is None:
-            by: dict[str, list[tuple[str, str, int]]] = {}
-            for node_id, holds in self.held.items():
-                for hid, h in holds.items():
-                    if h.nominated:
-                        job = job_of_hold(hid)
-                        by.setdefault(job, []).append((node_id, job, h.gpus))
-            self._nominated = by
-        return self._nominated
+    def _note(self, node_id: str, hid: str, old: Held | None, new: Held | None) -> None:
+        """Keep the nominations as a hold on ``node_id`` goes from ``old`` to ``new`` (None: none)."""
+        if old is not None and old.nominated:
+            job = job_of_hold(hid)
+            holds = self._nominated[job]
+            del holds[(node_id, hid)]
+            if not holds:
+                del self._nominated[job]
+        if new is not None and new.nominated:
+            self._nominated.setdefault(job_of_hold(hid), {})[(node_id, hid)] = new.gpus
 
-    def _plain_nodes(self) -> list[PoolNode]:
+    def _index(self) -> PoolIndex:
         if self._plain is None:
-            held = self.held
-            self._plain = [
-                self._pool_node(node_id, None) if held.get(node_id) else node
-                for node_id, node in self._reported.items()
-            ]
+            self._plain = PoolIndex(self._plain_node(node_id) for node_id in self._reported)
         return self._plain
+
+    def _plain_node(self, node_id: str) -> PoolNode:
+        return self._pool_node(node_id, None) if self.held.get(node_id) else self._reported[node_id]
+
+    def _replot(self, node_id: str) -> None:
+        """Count anew what is free on ``node_id`` for any plan, where the nodes are indexed already."""
+        if self._plain is not None and node_id in self._reported:
+            self._plain.put(self._pool_node(node_id, None))
 
     def _pool_node(self, node_id: str, job_id: str | None) -> PoolNode:
         node = self._reported[node_id]
@@ -237,61 +247,55 @@ class Snapshot:
         """Count a commit just made, so that the next plan against this snapshot sees it."""
         touched: set[str] = set()
         for node_id, hid, _ in cleared:
-            self.held.get(node_id, {}).pop(hid, None)
+            self._note(node_id, hid, self.held.get(node_id, {}).pop(hid, None), None)
             touched.add(node_id)
         for h in written:
             rec = self.records.get(h.node_id)
             boot = rec.boot_id if rec else ""
-            self.held.setdefault(h.node_id, {})[h.hold_id] = Held(h.gpus, h.host_gb, boot, h.nominated)
+            holds = self.held.setdefault(h.node_id, {})
+            new = Held(h.gpus, h.host_gb, boot, h.nominated)
+            self._note(h.node_id, h.hold_id, holds.get(h.hold_id), new)
+            holds[h.hold_id] = new
             touched.add(h.node_id)
-        self._nominated = None
-        if self._plain is not None:
-            for node_id in touched:
-                i = self._index.get(node_id)
-                if i is not None:
-                    self._plain[i] = self._pool_node(node_id, None)
+        for node_id in touched:
+            self._replot(node_id)
 
     # --- kept up to date from the pool's change stream (``worker.store``'s mirror) --------------------------
 
     def copy(self) -> Snapshot:
         """A snapshot of its own, to plan on as if something had happened that has not yet."""
         parsed = {n: ParsedNode(self.records[n], self._reported[n], self._started[n]) for n in self.records}
-        return Snapshot(self.epoch, dict(self.records), {n: dict(h) for n, h in self.held.items()}, parsed)
+        snap = Snapshot(self.epoch, dict(self.records), {n: dict(h) for n, h in self.held.items()}, parsed)
+        snap._plain = self._plain.copy() if self._plain is not None else None
+        return snap
 
     def put_node(self, node_id: str, parsed: ParsedNode) -> None:
         """A node's new heartbeat: it joins the pool, or what it reports changes."""
         self.records[node_id] = parsed.record
         self._reported[node_id] = parsed.reported
         self._started[node_id] = parsed.started
-        i = self._index.get(node_id)
-        if i is None:
-            self._index[node_id] = len(self._index)
-            if self._plain is not None:
-                self._plain.append(self._pool_node(node_id, None))
-        elif self._plain is not None:
-            self._plain[i] = self._pool_node(node_id, None)
+        self._replot(node_id)
 
     def drop_node(self, node_id: str) -> None:
         """A node that left the pool (its heartbeat lapsed, or it was dropped from the index)."""
         if node_id not in self.records:
             return
         del self.records[node_id], self._reported[node_id], self._started[node_id]
-        self._index = {n: i for i, n in enumerate(self.records)}
-        self._plain = None
+        if self._plain is not None:
+            self._plain.drop(node_id)
 
     def set_hold(self, node_id: str, hold_id: str, held: Held | None) -> None:
         """A hold written (or, with None, cleared) on a node."""
         holds = self.held.setdefault(node_id, {})
+        old = holds.get(hold_id)
         if held is None:
             holds.pop(hold_id, None)
         else:
             holds[hold_id] = held
         if not holds:
             del self.held[node_id]
-        self._nominated = None
-        i = self._index.get(node_id)
-        if i is not None and self._plain is not None:
-            self._plain[i] = self._pool_node(node_id, None)
+        self._note(node_id, hold_id, old, held)
+        self._replot(node_id)
 
 
 NEVER = 1 << 62

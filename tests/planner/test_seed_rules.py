@@ -19,6 +19,7 @@ from planner.constants import (
     gib,
     vllm_overhead_bytes,
 )
+from planner.options import grouped
 from planner.quant import QUANT_BITS, bits_of
 from tests.planner.helpers import cpu_node, gguf, gpu_node, original
 
@@ -222,9 +223,16 @@ def test_classes_group_by_card_and_fabric_sorted_by_label() -> None:
         for c in classes(nodes)
     ]
     assert got == [
-        ("a100-40g", 40, 8, [("y", ["a", "c"]), ("", ["b"])]),
+        ("a100-40g", 40, 8, [("", ["b"]), ("y", ["a", "c"])]),
         ("l40s-48g", 48, 1, [("x", ["z"])]),
     ]
+
+
+def test_fabrics_are_in_order_of_name_whatever_the_order_of_nodes() -> None:
+    nodes = [gpu_node(str(i), gpus=4, fabric=f) for i, f in enumerate(["ib-b", "", "ib-a", "ib-b"])]
+    for pool in (nodes, nodes[::-1]):
+        assert [[f.name for f in c.fabrics] for c in classes(pool)] == [["", "ib-a", "ib-b"]]
+        assert [[f.name for f in c.fabrics] for c in grouped(pool)] == [["", "ib-a", "ib-b"]]
 
 
 def test_a_label_with_two_card_sizes_is_two_classes() -> None:
