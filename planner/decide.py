@@ -17,10 +17,11 @@ from typing import Literal, overload
 
 from planner.constants import HOST_SHARE, gib
 from planner.estimate import DEFAULT_ESTIMATE, Estimate, engine_shape, llamacpp_host, llamacpp_split, vllm_split
-from planner.index import Nodes, PoolIndex, PoolView, pool_view
+from planner.index import PoolIndex
 from planner.model import Artifact, Option, PoolNode, Shape
 from planner.options import classes, options
 from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_kv_spread, vllm_tp_allowed
+from planner.view import Nodes, PoolView, pool_view
 
 Outcome = Literal["placed", "waiting", "failed"]
 ReplicaState = Literal["placed", "fallback", "waiting"]

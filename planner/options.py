@@ -28,11 +28,13 @@ from planner.estimate import (
     Sizing,
     engine_shape,
 )
-from planner.index import FabricGroup, Group, HostPool, Nodes, PoolIndex, PoolView, counted_groups, pool_view
+from planner.groups import FabricGroup, Group, HostPool, counted_groups
+from planner.index import PoolIndex
 from planner.layouts import LAYOUT_CACHE, Classes, GgufLayout, gguf_layout, vllm_need
 from planner.model import Artifact, Option, PoolNode, Shape
 from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_tp_allowed
 from planner.quant import bits_of
+from planner.view import Nodes, PoolView, pool_view
 
 
 def options(
@@ -276,7 +278,7 @@ class ClassPool:
         return [n for f in self.fabrics for n in f.nodes]
 
 
-_CARDS = attrgetter("gpu_class", "gpu_mem_gb", "fabric", "gpus", "free_gpus")
+CARDS = attrgetter("gpu_class", "gpu_mem_gb", "fabric", "gpus", "free_gpus")
 _NAME = attrgetter("name")
 
 
@@ -285,7 +287,7 @@ def grouped(nodes: Iterable[PoolNode]) -> list[Group]:
     each with the same fabrics in the same order (by name). Counting the nodes by what a plan reads of them
     is one pass in C; everything after is in the number of kinds of node (a few hundred in a pool of
     100,000)."""
-    by, _ = counted_groups(Counter(map(_CARDS, nodes)))
+    by, _ = counted_groups(Counter(map(CARDS, nodes)))
     return [by[k] for k in sorted(by)]
 
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from planner import PoolNode
-from planner.index import PoolIndex, PoolView
+from planner.index import PoolIndex
+from planner.view import PoolView
 from worker.errors import BadRecord
 from worker.keys import Keys, job_of_hold
 from worker.records import NodeRecord, read_record

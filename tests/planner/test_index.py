@@ -39,8 +39,10 @@ from planner.decide import (
     why_unfit,
 )
 from planner.estimate import Sizing, llamacpp_host, llamacpp_split
-from planner.index import Group, HostPool, PoolIndex, PoolView, pool_view
+from planner.groups import Group, HostPool
+from planner.index import PoolIndex
 from planner.options import grouped, options, rank, vllm_options
+from planner.view import PoolView, pool_view
 from tests.planner.test_properties import artifacts, contexts, shapes
 
 # --- the reference: the list-based planner ------------------------------------------------------------------
