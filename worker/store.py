@@ -146,6 +146,7 @@ class Store:
         first = self._mirror is None
         started = time.perf_counter()
         mirror = self._mirror = poolread.full_read(self)
+        mirror.pool.prepare()
         if first:
             ms = round((time.perf_counter() - started) * 1000, 1)
             log.info("pool_read_whole", reason="start", nodes=len(mirror.pool.records), ms=ms)
