@@ -54,29 +54,28 @@ class Store:
 
     # --- nodes ------------------------------------------------------------------------------------------
 
-    def put_heartbeat(self, record: NodeRecord, at_ms: int | None = None) -> tuple[bool, bool, bool]:
+    def put_heartbeat(self, record: NodeRecord) -> tuple[bool, bool, bool]:
         """Store a heartbeat: ``(stored, wake, restarted)``. An older heartbeat of the same boot is not
         stored; ``wake`` says a wake-up pass is to be queued; ``restarted`` that the node has a new boot."""
-        keys, args = self._heartbeat_call(record, at_ms if at_ms is not None else now_ms())
+        keys, args = self._heartbeat_call(record)
         return _heartbeat_reply(script(self.redis, "heartbeat")(keys=keys, args=args))
 
-    def put_heartbeats(self, records: Sequence[NodeRecord], at_ms: int | None = None) -> list[tuple[bool, bool, bool]]:
+    def put_heartbeats(self, records: Sequence[NodeRecord]) -> list[tuple[bool, bool, bool]]:
         """Store several heartbeats in one round trip: each is its own ``heartbeat.lua`` call, checked
         against its node's last alone, exactly as ``put_heartbeat`` would; ``(stored, wake, restarted)``
         for each, in order. For a relay that forwards many nodes' heartbeats, and for loading a pool."""
         if not records:
             return []
         beat = script(self.redis, "heartbeat")
-        at = at_ms if at_ms is not None else now_ms()
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.scripts.add(beat)  # loaded once for the batch if the server lost it
             for record in records:
-                keys, args = self._heartbeat_call(record, at)
+                keys, args = self._heartbeat_call(record)
                 pipe.execute_command("EVALSHA", beat.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
             replies = pipe.execute()
         return [_heartbeat_reply(r) for r in replies]
 
-    def _heartbeat_call(self, record: NodeRecord, at_ms: int) -> tuple[list[str], list[Any]]:
+    def _heartbeat_call(self, record: NodeRecord) -> tuple[list[str], list[Any]]:
         k = self.keys
         keys = [
             k.node(record.node_id),
@@ -97,7 +96,6 @@ class Store:
             record.gpu_class,
             record.free_gpus,
             record.host_free_gb,
-            at_ms,
             C.POOL_CHANGES_MAXLEN,
         ]
         return keys, args
@@ -153,8 +151,12 @@ class Store:
         return mirror
 
     def silent_nodes(self) -> list[str]:
-        """Nodes in the index whose heartbeat has lapsed."""
-        ids = self.node_ids()
+        """Nodes in the index whose heartbeat has lapsed: those last stored a TTL ago or more by the server's
+        clock (their scores), each checked gone; not a pass over the whole index."""
+        secs, micros = self.redis.time()
+        lapsed = secs * 1000 + micros // 1000 - C.NODE_TTL_MS
+        raw = self.redis.zrangebyscore(self.keys.nodes, "-inf", lapsed)
+        ids = self.valid_ids(raw, self.keys.nodes, "a node id", "skipped")
         if not ids:
             return []
         with self.redis.pipeline(transaction=False) as pipe:
