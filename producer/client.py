@@ -40,6 +40,7 @@ from worker.records import (
     parse_heartbeat,
     parse_request,
     read_record,
+    stored_json,
     utcnow,
 )
 from worker.scripts import text
@@ -261,18 +262,17 @@ class Client:
 
         return self._call(put)
 
-    def heartbeats(self, heartbeats: Sequence[Heartbeat | Mapping[str, Any]]) -> list[bool]:
-        """Publish several nodes' heartbeats in one round trip (a relay forwarding a rack's, say): each is
-        validated and stored as ``heartbeat`` would, every one refused before anything is stored if one
-        is bad; True for each stored, False for each older than its node's last. A burst that frees
-        cards queues one wake-up pass."""
-        at = utcnow()
+    def heartbeats(self, heartbeats: Sequence[Heartbeat | Mapping[str, Any] | str | bytes]) -> list[bool]:
+        """Publish several nodes' heartbeats in one round trip (a relay forwarding a rack's, say, as the
+        agents' JSON text or parsed): each is validated and stored as ``heartbeat`` would, every one
+        refused before anything is stored if one is bad; True for each stored, False for each older than
+        its node's last. A burst that frees cards queues one wake-up pass."""
         beats = [hb if isinstance(hb, Heartbeat) else parse_heartbeat(hb) for hb in heartbeats]
         # each heartbeat was just validated, and the time is ours: the stored record needs no second pass
-        records = [NodeRecord.model_construct(**dict(hb), received_at=at) for hb in beats]
+        stored = list(zip(beats, stored_json(beats, utcnow()), strict=True))
 
         def put() -> list[bool]:
-            replies = self.store.put_heartbeats(records)
+            replies = self.store.put_stored(stored)
             for hb, (_, _, restarted) in zip(beats, replies, strict=True):
                 if restarted:
                     self.store.enqueue_restart(hb.node_id, hb.boot_id)

@@ -7,11 +7,12 @@ record carries ``schema_version`` so that a reader can tell what it holds.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from planner import Artifact, Estimate, InvalidInput, Option, Shape, check_context
 from planner.pool import ID_PATTERN, NodeReport, invalid_from
@@ -86,6 +87,18 @@ class NodeRecord(Heartbeat):
 
     schema_version: Literal[1] = 1
     received_at: datetime
+
+
+_AT = TypeAdapter(datetime)
+
+
+def stored_json(beats: Sequence[Heartbeat], at: datetime) -> list[str]:
+    """Each heartbeat as its stored ``NodeRecord`` (received ``at``) in JSON, exactly as
+    ``NodeRecord.model_dump_json`` writes it: the heartbeat's own JSON with the record's two fields after
+    it (a record is a heartbeat and then those, in that order). For a relay's batch: the heartbeats were
+    validated, and building a record model of each again cost more than the rest of publishing it."""
+    tail = ',"schema_version":1,"received_at":' + _AT.dump_json(at).decode() + "}"
+    return [hb.model_dump_json()[:-1] + tail for hb in beats]
 
 
 def _as_json(data: Any, source: str) -> str:

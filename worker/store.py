@@ -19,7 +19,7 @@ from worker.errors import BadRecord
 from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold, planning_job_id
 from worker.pool import UNREADABLE, Held, HoldSpec, Mirror, Snapshot, parse_cache
 from worker.queueing import planning_queue
-from worker.records import JobRecord, JobState, NodeRecord, read_record
+from worker.records import Heartbeat, JobRecord, JobState, NodeRecord, read_record
 from worker.scripts import script, text
 
 log = logs.get_logger("modelplan.worker")
@@ -57,25 +57,30 @@ class Store:
     def put_heartbeat(self, record: NodeRecord) -> tuple[bool, bool, bool]:
         """Store a heartbeat: ``(stored, wake, restarted)``. An older heartbeat of the same boot is not
         stored; ``wake`` says a wake-up pass is to be queued; ``restarted`` that the node has a new boot."""
-        keys, args = self._heartbeat_call(record)
+        keys, args = self._heartbeat_call(record, record.model_dump_json())
         return _heartbeat_reply(script(self.redis, "heartbeat")(keys=keys, args=args))
 
     def put_heartbeats(self, records: Sequence[NodeRecord]) -> list[tuple[bool, bool, bool]]:
         """Store several heartbeats in one round trip: each is its own ``heartbeat.lua`` call, checked
         against its node's last alone, exactly as ``put_heartbeat`` would; ``(stored, wake, restarted)``
         for each, in order. For a relay that forwards many nodes' heartbeats, and for loading a pool."""
-        if not records:
+        return self.put_stored([(r, r.model_dump_json()) for r in records])
+
+    def put_stored(self, beats: Sequence[tuple[Heartbeat, str]]) -> list[tuple[bool, bool, bool]]:
+        """``put_heartbeats`` of heartbeats with their stored records' JSON already made
+        (``records.stored_json``)."""
+        if not beats:
             return []
         beat = script(self.redis, "heartbeat")
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.scripts.add(beat)  # loaded once for the batch if the server lost it
-            for record in records:
-                keys, args = self._heartbeat_call(record)
+            for hb, raw in beats:
+                keys, args = self._heartbeat_call(hb, raw)
                 pipe.execute_command("EVALSHA", beat.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
             replies = pipe.execute()
         return [_heartbeat_reply(r) for r in replies]
 
-    def _heartbeat_call(self, record: NodeRecord) -> tuple[list[str], list[Any]]:
+    def _heartbeat_call(self, record: Heartbeat, raw: str) -> tuple[list[str], list[Any]]:
         k = self.keys
         keys = [
             k.node(record.node_id),
@@ -88,7 +93,7 @@ class Store:
         ]
         args: list[Any] = [
             record.node_id,
-            record.model_dump_json(),
+            raw,
             record.seq,
             record.boot_id,
             C.NODE_TTL_MS,

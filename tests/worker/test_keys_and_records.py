@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from planner import InvalidInput
 from producer import Client
 from tests.worker.helpers import hb, request
 from worker.keys import Keys
-from worker.records import JobState, parse_heartbeat, parse_request
+from worker.records import JobState, NodeRecord, parse_heartbeat, parse_request, stored_json
 
 
 def test_every_key_spelled_out() -> None:
@@ -124,3 +127,22 @@ def test_a_bad_submit_stores_nothing(client: Client) -> None:
     with pytest.raises(InvalidInput, match="is not an id"):
         client.submit(request(), job_id="a:b")
     assert client.redis.keys("*") == []
+
+
+@given(
+    st.sampled_from(["gpu-1", "n.2_x", "a" * 128]),
+    st.sampled_from(["", "h100-80g", "h200-141g"]),
+    st.integers(0, 8),
+    st.integers(0, 2**53),
+    st.lists(st.sampled_from(["j1:0:1", "job-2:3:14", "x:nominated"]), max_size=3),
+    st.datetimes(timezones=st.just(UTC)),
+)
+def test_a_stored_record_made_from_its_heartbeat_is_the_record_model_s_json(
+    node_id: str, gpu_class: str, free: int, seq: int, started: list[str], at: datetime
+) -> None:
+    """A relay's batch builds each stored record's JSON from its validated heartbeat's; it must be exactly
+    what ``NodeRecord`` writes, which ``heartbeat.lua`` compares and workers parse."""
+    beat = parse_heartbeat(hb(node_id, gpu_class, gpus=8, free=free, seq=seq, started=tuple(started)))
+    record = NodeRecord.model_validate({**dict(beat), "received_at": at})
+    assert stored_json([beat], at) == [record.model_dump_json()]
+    assert NodeRecord.model_validate_json(stored_json([beat], at)[0]) == record
