@@ -13,6 +13,7 @@ took it), each worker's memory and Redis's.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import random
 import statistics
@@ -173,6 +174,11 @@ def _planned(client: Client, job_ids: Sequence[str]) -> int:
     return sum(1 for rec in client.records(job_ids) if rec is not None and rec.state in done)
 
 
+def _as_sent(b: dict[str, Any]) -> str:
+    """A heartbeat as its agent sends it, JSON text, which the relay forwards as it came."""
+    return json.dumps(b, separators=(",", ":"))
+
+
 def relay(
     url: str, beats: list[dict[str, Any]], seconds: float, frees_per_s: float, seed: int, start_at: float
 ) -> dict[str, Any]:
@@ -217,7 +223,7 @@ def relay(
                 elif i in churn:
                     b["free_gpus"] = min(b["gpus"], max(0, b["free_gpus"] + rng.choice((-1, 1))))
             at_ms = time.time() * 1000
-            client.heartbeats([beats[i] for i in batch])
+            client.heartbeats([_as_sent(beats[i]) for i in batch])
             sent += len(batch)
             frees += [(node, at_ms) for node in freed]
     elapsed = time.monotonic() - t0
