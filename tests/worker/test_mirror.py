@@ -69,6 +69,9 @@ def test_a_lapsed_heartbeat_leaves_the_mirror_as_its_key_leaves_redis() -> None:
         ({"recorded-first-entry-id": b"10-0", "entries-added": 9, "length": 5}, True),
         ({"recorded-first-entry-id": b"11-0", "entries-added": 9, "length": 5}, False),  # trimmed past ours
         ({"recorded-first-entry-id": b"0-0", "entries-added": 0, "length": 0}, True),
+        # empty: trimmed to nothing (XTRIM MAXLEN 0); ours was the last change, or one came after it
+        ({"recorded-first-entry-id": b"0-0", "last-generated-id": b"10-0", "entries-added": 9, "length": 0}, True),
+        ({"recorded-first-entry-id": b"0-0", "last-generated-id": b"12-0", "entries-added": 11, "length": 0}, False),
     ],
 )
 def test_a_mirror_knows_when_the_stream_no_longer_holds_its_next_change(
@@ -100,6 +103,17 @@ def test_a_stream_trimmed_under_a_worker_sends_it_back_to_a_full_read(redis_url:
     client.heartbeat(hb("gpu-0", gpus=2, free=2, seq=2))
     client.heartbeat(hb("gpu-1", gpus=2, seq=1))
     client.redis.xtrim(client.keys.pool_changes, maxlen=1, approximate=False)  # gpu-0's change is gone
+    now = client.store.snapshot()
+    assert now is not first
+    assert view(now) == view(fresh(client.redis)) == [("gpu-0", 2, 256), ("gpu-1", 2, 256)]
+
+
+def test_a_stream_trimmed_to_nothing_sends_a_worker_back_to_a_full_read(redis_url: str) -> None:
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("gpu-0", gpus=2))
+    first = client.store.snapshot()
+    client.heartbeat(hb("gpu-1", gpus=2))
+    client.redis.xtrim(client.keys.pool_changes, maxlen=0, approximate=False)  # no entry left to say what went
     now = client.store.snapshot()
     assert now is not first
     assert view(now) == view(fresh(client.redis)) == [("gpu-0", 2, 256), ("gpu-1", 2, 256)]
