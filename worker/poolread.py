@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from worker import constants as C
+from worker import logs
 from worker.errors import BadRecord
 from worker.keys import ID_PATTERN
 from worker.pool import NEVER, Mirror, ParsedNode, Snapshot, parse_cache
@@ -14,6 +15,8 @@ from worker.scripts import text
 
 if TYPE_CHECKING:
     from worker.store import Store
+
+log = logs.get_logger("modelplan.worker")
 
 
 def full_read(store: Store) -> Mirror:
@@ -60,7 +63,8 @@ def full_read(store: Store) -> Mirror:
 
 def catch_up(store: Store, mirror: Mirror) -> bool:
     """Apply to ``mirror`` what ``pool:changes`` holds past it; False when it cannot (the stream was
-    trimmed past it, or is gone, or holds more than one read takes)."""
+    trimmed past it, or is gone, or holds more than one read takes), and says why in the log: the whole pool
+    is read next."""
     k = store.keys
     with store.redis.pipeline(transaction=False) as pipe:
         pipe.xinfo_stream(k.pool_changes)
@@ -70,18 +74,24 @@ def catch_up(store: Store, mirror: Mirror) -> bool:
         info, entries, epoch, (secs, micros) = pipe.execute(raise_on_error=False)
     if isinstance(info, Exception):  # no stream: nothing has changed since a pool with none, or it was lost
         if mirror.last_id != "0-0" or isinstance(entries, Exception) or entries:
-            return False
+            return _behind(mirror, "stream_gone")
         info = {}
     elif not mirror.continues(info):
-        return False
+        return _behind(mirror, "stream_trimmed")
     if isinstance(entries, Exception) or len(entries) >= C.MIRROR_BATCH:
-        return False
+        return _behind(mirror, "far_behind")
     pool = mirror.pool
     for entry_id, fields in entries:
         _apply_change(store, mirror, text(entry_id), fields)
     mirror.expire(secs * 1000 + micros // 1000)
     pool.epoch = text(epoch) if epoch is not None else "0"
     return True
+
+
+def _behind(mirror: Mirror, reason: str) -> bool:
+    # rare (a worker far behind, the stream trimmed or lost), and each costs a whole read: worth a line
+    log.info("pool_read_whole", reason=reason, after=mirror.last_id)
+    return False
 
 
 def reread_node(store: Store, mirror: Mirror, node_id: str) -> None:
