@@ -45,7 +45,9 @@ def full_read(store: Store) -> Mirror:
     raws = replies.pop(0) if ids else []
     ttls, replies = replies[: len(ids)], replies[len(ids) :]
     parsed: dict[str, ParsedNode] = {}
-    mirror = Mirror(text(last[0][0]) if last else "0-0", server_ms)
+    # with no entry to go on from, its place is just before this read: a stream made since (even one lost
+    # again) then starts past it, and an empty one holds nothing past it only if nothing was added since
+    mirror = Mirror(text(last[0][0]) if last else f"{server_ms - 1}-0", server_ms)
     for i, raw, ttl in zip(ids, raws, ttls, strict=True):
         if raw:
             try:
@@ -72,7 +74,7 @@ def catch_up(store: Store, mirror: Mirror) -> bool:
         pipe.get(k.epoch)
         pipe.time()
         info, entries, epoch, (secs, micros) = pipe.execute(raise_on_error=False)
-    if isinstance(info, Exception):  # no stream: nothing has changed since a pool with none, or it was lost
+    if isinstance(info, Exception):  # no stream: lost (a Redis restart, a delete) or not made yet
         if mirror.last_id != "0-0" or isinstance(entries, Exception) or entries:
             return _behind(mirror, "stream_gone")
         info = {}
@@ -89,8 +91,10 @@ def catch_up(store: Store, mirror: Mirror) -> bool:
 
 
 def _behind(mirror: Mirror, reason: str) -> bool:
-    # rare (a worker far behind, the stream trimmed or lost), and each costs a whole read: worth a line
-    log.info("pool_read_whole", reason=reason, after=mirror.last_id)
+    # rare (a worker far behind, the stream trimmed or lost), and each costs a whole read: worth a line; an
+    # empty mirror (no stream yet, no node yet) costs nothing to read again
+    if mirror.pool.records:
+        log.info("pool_read_whole", reason=reason, after=mirror.last_id)
     return False
 
 

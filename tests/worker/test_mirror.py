@@ -119,6 +119,25 @@ def test_a_stream_trimmed_to_nothing_sends_a_worker_back_to_a_full_read(redis_ur
     assert view(now) == view(fresh(client.redis)) == [("gpu-0", 2, 256), ("gpu-1", 2, 256)]
 
 
+@pytest.mark.parametrize("then", ["stream_gone", "stream_made_anew"])
+def test_a_mirror_read_with_no_stream_sees_one_that_came_and_went(redis_url: str, then: str) -> None:
+    """A pool read while ``pool:changes`` did not exist has no entry to go on from: a stream made after it and
+    lost before the next read (deleted, or a Redis restart) held changes that the mirror never saw."""
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("gpu-0", gpus=2))
+    client.redis.delete(client.keys.pool_changes)
+    first = client.store.snapshot()
+    client.heartbeat(hb("gpu-1", gpus=2))  # onto a stream made anew...
+    client.redis.delete(client.keys.pool_changes)  # ...lost before the worker read it
+    expected = [("gpu-0", 2, 256), ("gpu-1", 2, 256)]
+    if then == "stream_made_anew":
+        client.heartbeat(hb("gpu-2", gpus=2))
+        expected.append(("gpu-2", 2, 256))
+    now = client.store.snapshot()
+    assert now is not first
+    assert view(now) == view(fresh(client.redis)) == expected
+
+
 def test_redis_restarted_under_a_warm_mirror(tmp_path: object) -> None:
     server = RedisServer()
     server.start()
