@@ -78,7 +78,7 @@ def catch_up(store: Store, mirror: Mirror) -> bool:
         if mirror.last_id != "0-0" or isinstance(entries, Exception) or entries:
             return _behind(mirror, "stream_gone")
         info = {}
-    elif not mirror.continues(info):  # never trimmed, it was made anew (a Redis restart, a delete)
+    elif not mirror.continues(info):  # trimmed past its place, or made anew (a Redis restart, a delete)
         return _behind(mirror, "stream_trimmed" if info.get("entries-added") != info.get("length") else "stream_new")
     if isinstance(entries, Exception) or len(entries) >= C.MIRROR_BATCH:
         return _behind(mirror, "far_behind")
