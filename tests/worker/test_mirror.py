@@ -181,6 +181,21 @@ def test_a_commit_on_a_stale_mirror_fails_and_plans_again(redis_url: str) -> Non
     assert json.loads(a.redis.hget(a.keys.held("gpu-0"), a.get("first").placement[0].hold_id) or b"{}")["gpus"] == 1
 
 
+def test_a_job_that_fits_only_on_a_node_that_just_joined_is_not_failed_on_a_reused_read(redis_url: str) -> None:
+    """A plan may reuse a read a fraction of a second old, as its commit re-checks what it relies on; a
+    failure re-checks nothing and is final, so it is decided on the pool as it is now."""
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("small", gpus=2))
+    client.submit(request(), job_id="first")
+    drain(client)  # the worker's read is warm, and recent
+    client.heartbeat(hb("big", gpus=4))
+    client.submit(request("llama-3.1-70b-instruct"), job_id="needs-big")  # four cards of one node
+    drain(client)
+    rec = client.get("needs-big")
+    assert rec.state.value == "placed", rec.reason
+    assert [r.node_id for r in rec.placement] == ["big"]
+
+
 def test_a_commit_refused_for_a_node_reads_that_node_afresh(redis_url: str) -> None:
     """A hold written by hand (no entry on ``pool:changes``) is invisible to a warm mirror; the commit that
     counts on the card is refused, the mirror reads that node again, and the next plan goes elsewhere."""
