@@ -40,7 +40,8 @@ the sweep) queues one."""
 SNAPSHOT_REUSE_S = 0.25
 """A worker plans consecutive jobs on one read of the pool for this long. That is safe, not just fast: a
 placement's commit re-checks every node's room (a card taken since is a retry on a fresh read), and a
-waiting commit re-checks the epoch (capacity freed since wakes the job). A stale read costs a retry."""
+waiting commit re-checks the epoch (capacity freed since wakes the job). A stale read costs a retry. A
+failure, final and re-checked by nothing, is decided on a fresh read."""
 
 PLAN_ATTEMPTS = 5
 """How many times a worker plans again when its commit finds the cards taken since its snapshot."""

@@ -249,9 +249,15 @@ def settle(store: Store, rec: JobRecord) -> JobRecord | None:
     """Plan a job this worker holds until a commit holds: on a card taken since the snapshot, plan again
     (up to ``PLAN_ATTEMPTS``); the last time, what could not be placed waits."""
     for attempt in range(1, C.PLAN_ATTEMPTS + 1):
-        # the first try may plan on a read a few jobs old: its commit re-checks what it relies on
+        # the first try plans on the read made with the job's record (``claim``), or one a moment old: its
+        # commit re-checks what it relies on
         snap = store.recent_snapshot(C.SNAPSHOT_REUSE_S if attempt == 1 else 0.0)
         plan = plan_for(rec, snap)
+        if plan.outcome == "failed" and attempt == 1:
+            # a failure is final and its commit re-checks nothing: decided on the pool as it is now (a node
+            # that can hold the job may have joined since the reused read)
+            snap = store.snapshot()
+            plan = plan_for(rec, snap)
         if attempt == C.PLAN_ATTEMPTS:
             plan = _without_new_holds(plan)
         code, new = commit(store, rec, change_for(rec, plan), snap)

@@ -335,7 +335,10 @@ class Mirror:
         if first is None:
             return False
         first_id = first.decode() if isinstance(first, bytes) else str(first)
-        return first_id == "0-0" or stream_id(first_id) <= stream_id(self.last_id)
+        if first_id == "0-0":  # empty: it holds every change past ours only if none was added since
+            last = info.get("last-generated-id") or "0-0"
+            return stream_id(last.decode() if isinstance(last, bytes) else str(last)) <= stream_id(self.last_id)
+        return stream_id(first_id) <= stream_id(self.last_id)
 
     def expires(self, node_id: str, at_ms: int) -> None:
         """A node's heartbeat lapses at ``at_ms`` (it published, or was read). The heap holds one entry a

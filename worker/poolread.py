@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from worker import constants as C
+from worker import logs
 from worker.errors import BadRecord
 from worker.keys import ID_PATTERN
 from worker.pool import NEVER, Mirror, ParsedNode, Snapshot, parse_cache
@@ -14,6 +15,8 @@ from worker.scripts import text
 
 if TYPE_CHECKING:
     from worker.store import Store
+
+log = logs.get_logger("modelplan.worker")
 
 
 def full_read(store: Store) -> Mirror:
@@ -42,7 +45,9 @@ def full_read(store: Store) -> Mirror:
     raws = replies.pop(0) if ids else []
     ttls, replies = replies[: len(ids)], replies[len(ids) :]
     parsed: dict[str, ParsedNode] = {}
-    mirror = Mirror(text(last[0][0]) if last else "0-0", server_ms)
+    # with no entry to go on from, its place is just before this read: a stream made since (even one lost
+    # again) then starts past it, and an empty one holds nothing past it only if nothing was added since
+    mirror = Mirror(text(last[0][0]) if last else f"{server_ms - 1}-0", server_ms)
     for i, raw, ttl in zip(ids, raws, ttls, strict=True):
         if raw:
             try:
@@ -60,7 +65,7 @@ def full_read(store: Store) -> Mirror:
 
 def catch_up(store: Store, mirror: Mirror) -> bool:
     """Apply to ``mirror`` what ``pool:changes`` holds past it; False when it cannot (the stream was
-    trimmed past it, or is gone, or holds more than one read takes)."""
+    trimmed past it, or is gone), and says why in the log: the whole pool is read next."""
     with store.redis.pipeline(transaction=False) as pipe:
         ask_changes(pipe, store, mirror)
         replies = pipe.execute(raise_on_error=False)
@@ -83,20 +88,20 @@ def ask_changes(pipe: Any, store: Store, mirror: Mirror) -> None:
 
 def apply_changes(store: Store, mirror: Mirror, replies: list[Any]) -> bool:
     """Apply the replies to ``ask_changes`` (read with ``raise_on_error=False``); False when the mirror
-    cannot catch up from them."""
+    cannot catch up from them, said in the log with why: the whole pool is read next."""
     info, entries, epoch, now = replies
     for reply in (epoch, now):
         if isinstance(reply, Exception):
             raise reply
     secs, micros = now
-    if isinstance(info, Exception):  # no stream: nothing has changed since a pool with none, or it was lost
+    if isinstance(info, Exception):  # no stream: lost (a Redis restart, a delete) or not made yet
         if mirror.last_id != "0-0" or isinstance(entries, Exception) or entries:
-            return False
+            return _behind(mirror, "stream_gone")
         info = {}
-    elif not mirror.continues(info):
-        return False
+    elif not mirror.continues(info):  # trimmed past its place, or made anew (a Redis restart, a delete)
+        return _behind(mirror, _lost(info))
     if isinstance(entries, Exception):
-        return False
+        return _behind(mirror, "stream_gone")
     for entry_id, fields in entries:
         _apply_change(store, mirror, text(entry_id), fields)
     for _ in range(C.POOL_CHANGES_MAXLEN // C.MIRROR_BATCH + 1):
@@ -109,14 +114,26 @@ def apply_changes(store: Store, mirror: Mirror, replies: list[Any]) -> bool:
             pipe.time()
             info, entries, (secs, micros) = pipe.execute()
         if not mirror.continues(info):
-            return False
+            return _behind(mirror, _lost(info))
         for entry_id, fields in entries:
             _apply_change(store, mirror, text(entry_id), fields)
     else:
-        return False  # changes come faster than this worker applies them: read the pool whole
+        return _behind(mirror, "far_behind")  # changes come faster than this worker applies them
     mirror.expire(secs * 1000 + micros // 1000)
     mirror.pool.epoch = text(epoch) if epoch is not None else "0"
     return True
+
+
+def _lost(info: dict[str, Any]) -> str:
+    return "stream_trimmed" if info.get("entries-added") != info.get("length") else "stream_new"
+
+
+def _behind(mirror: Mirror, reason: str) -> bool:
+    # rare (a worker far behind, the stream trimmed or lost), and each costs a whole read: worth a line; an
+    # empty mirror (no stream yet, no node yet) costs nothing to read again
+    if mirror.pool.records:
+        log.info("pool_read_whole", reason=reason, after=mirror.last_id)
+    return False
 
 
 def reread_node(store: Store, mirror: Mirror, node_id: str) -> None:

@@ -166,8 +166,10 @@ def _work(store: Store, name: str, burst: bool) -> None:
     as the master going away while it records a job's end in a failover, and a worker is to carry on by
     itself once Redis is back. It stops for good on a signal, or in burst mode."""
     while True:
-        w = planning_worker(store, name=name)
+        w: PlanningWorker | None = None
         try:
+            # RQ's worker names itself to Redis as it is made: Redis may be away by then too
+            w = planning_worker(store, name=name)
             w.work(burst=burst, logging_level="WARNING")
         except redis.exceptions.NoPermissionError:
             raise  # the login lacks a right: no retry mends that

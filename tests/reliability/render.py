@@ -77,6 +77,21 @@ SECTIONS = {
         "here.",
     ),
     "redis_away": ("Redis away for a while", "Redis stopped for two seconds under a worker and an agent."),
+    "mirror_faults": (
+        "Workers' mirrors of the pool under faults",
+        "Three worker processes under load (a job submitted every 0.1 s, nodes' cards taken and given back "
+        "outside modelplan so that jobs wait and are woken, releases), and one fault per run: two workers "
+        "SIGKILLed and others started; `pool:changes` trimmed to 3 entries, then to none and deleted outright, "
+        "each of the last two in one transaction with a node joining (a job that fits only on that node, "
+        "submitted next, must be placed there); Redis SIGKILLed and restarted on its AOF; Redis restarted "
+        "without persistence (its jobs lost, half the nodes never publishing again, two new ones joining). "
+        "Afterwards, at a quiet point, each live worker's mirror, brought up to date as its next plan would "
+        "bring it, is compared with a fresh read of the pool (`mirrors_equal_fresh`; `mirrors_caught_up`: "
+        "those that went on from the stream rather than read the pool whole). `full_rereads`: the whole "
+        "reads the workers logged (`pool_read_whole`) after their first, by reason; `placements` and `waits`: "
+        "commits that placed a job or left it waiting; `woken`: replicas that wake-up passes placed; "
+        "`planned_on_gone_nodes`: commits refused because the plan named a node that no longer publishes.",
+    ),
     "failover": (
         "Redis failing over",
         "A master, a replica and three sentinels; two workers and three node agents through the sentinel "

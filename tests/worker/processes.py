@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -14,11 +15,20 @@ ROOT = Path(__file__).resolve().parents[2]
 class WorkerProcess:
     """``modelplan worker`` in its own process, logging to a file."""
 
-    def __init__(self, redis_url: str, log_dir: Path, name: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        log_dir: Path,
+        name: str,
+        env: dict[str, str] | None = None,
+        launcher: Sequence[str] = ("-m", "producer.cli"),
+    ) -> None:
+        """``launcher``: what runs the CLI, for a test's own wrapper around it."""
+        self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "producer.cli", "worker", "--redis-url", redis_url],
+            [sys.executable, *launcher, "worker", "--redis-url", redis_url],
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,

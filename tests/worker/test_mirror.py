@@ -72,6 +72,9 @@ def test_a_lapsed_heartbeat_leaves_the_mirror_as_its_key_leaves_redis() -> None:
         ({"recorded-first-entry-id": b"10-0", "entries-added": 9, "length": 5}, True),
         ({"recorded-first-entry-id": b"11-0", "entries-added": 9, "length": 5}, False),  # trimmed past ours
         ({"recorded-first-entry-id": b"0-0", "entries-added": 0, "length": 0}, True),
+        # empty: trimmed to nothing (XTRIM MAXLEN 0); ours was the last change, or one came after it
+        ({"recorded-first-entry-id": b"0-0", "last-generated-id": b"10-0", "entries-added": 9, "length": 0}, True),
+        ({"recorded-first-entry-id": b"0-0", "last-generated-id": b"12-0", "entries-added": 11, "length": 0}, False),
     ],
 )
 def test_a_mirror_knows_when_the_stream_no_longer_holds_its_next_change(
@@ -106,6 +109,36 @@ def test_a_stream_trimmed_under_a_worker_sends_it_back_to_a_full_read(redis_url:
     now = client.store.snapshot()
     assert now is not first
     assert view(now) == view(fresh(client.redis)) == [("gpu-0", 2, 256), ("gpu-1", 2, 256)]
+
+
+def test_a_stream_trimmed_to_nothing_sends_a_worker_back_to_a_full_read(redis_url: str) -> None:
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("gpu-0", gpus=2))
+    first = client.store.snapshot()
+    client.heartbeat(hb("gpu-1", gpus=2))
+    client.redis.xtrim(client.keys.pool_changes, maxlen=0, approximate=False)  # no entry left to say what went
+    now = client.store.snapshot()
+    assert now is not first
+    assert view(now) == view(fresh(client.redis)) == [("gpu-0", 2, 256), ("gpu-1", 2, 256)]
+
+
+@pytest.mark.parametrize("then", ["stream_gone", "stream_made_anew"])
+def test_a_mirror_read_with_no_stream_sees_one_that_came_and_went(redis_url: str, then: str) -> None:
+    """A pool read while ``pool:changes`` did not exist has no entry to go on from: a stream made after it and
+    lost before the next read (deleted, or a Redis restart) held changes that the mirror never saw."""
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("gpu-0", gpus=2))
+    client.redis.delete(client.keys.pool_changes)
+    first = client.store.snapshot()
+    client.heartbeat(hb("gpu-1", gpus=2))  # onto a stream made anew...
+    client.redis.delete(client.keys.pool_changes)  # ...lost before the worker read it
+    expected = [("gpu-0", 2, 256), ("gpu-1", 2, 256)]
+    if then == "stream_made_anew":
+        client.heartbeat(hb("gpu-2", gpus=2))
+        expected.append(("gpu-2", 2, 256))
+    now = client.store.snapshot()
+    assert now is not first
+    assert view(now) == view(fresh(client.redis)) == expected
 
 
 def test_redis_restarted_under_a_warm_mirror(tmp_path: object) -> None:
@@ -228,6 +261,21 @@ def test_a_commit_on_a_stale_mirror_fails_and_plans_again(redis_url: str) -> Non
     drain(b)
     assert b.get("second").state.value == "waiting"
     assert json.loads(a.redis.hget(a.keys.held("gpu-0"), a.get("first").placement[0].hold_id) or b"{}")["gpus"] == 1
+
+
+def test_a_job_that_fits_only_on_a_node_that_just_joined_is_not_failed_on_a_reused_read(redis_url: str) -> None:
+    """A plan may reuse a read a fraction of a second old, as its commit re-checks what it relies on; a
+    failure re-checks nothing and is final, so it is decided on the pool as it is now."""
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("small", gpus=2))
+    client.submit(request(), job_id="first")
+    drain(client)  # the worker's read is warm, and recent
+    client.heartbeat(hb("big", gpus=4))
+    client.submit(request("llama-3.1-70b-instruct"), job_id="needs-big")  # four cards of one node
+    drain(client)
+    rec = client.get("needs-big")
+    assert rec.state.value == "placed", rec.reason
+    assert [r.node_id for r in rec.placement] == ["big"]
 
 
 def test_a_commit_refused_for_a_node_reads_that_node_afresh(redis_url: str) -> None:

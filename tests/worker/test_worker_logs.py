@@ -86,3 +86,30 @@ def test_rqs_loop_is_started_again_when_it_gives_up_on_redis(redis_url: str, mon
     monkeypatch.setattr(logs, "route_to_structlog", lambda name: None)
     runner.run(redis_url, "modelplan")
     assert len(started) == 2 and started[0] != started[1]
+
+
+def test_rqs_loop_is_started_again_when_redis_is_away_as_it_is_made(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RQ's worker names itself to Redis as it is made: Redis going away just as a worker starts, or still
+    away when RQ's loop is started again, is a loop to start again, not the worker's end."""
+    made: list[str] = []
+
+    class Stops:
+        def __init__(self) -> None:
+            self._shutdown_requested_date = "now"  # as SIGTERM leaves it
+
+        def work(self, **_: object) -> bool:
+            return True
+
+    def planning_worker(store: object, name: str) -> Stops:
+        made.append(name)
+        if len(made) < 3:
+            raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+        return Stops()
+
+    monkeypatch.setattr(runner, "planning_worker", planning_worker)
+    monkeypatch.setattr(C, "RQ_RESTART_S", 0.0)
+    monkeypatch.setattr(logs, "route_to_structlog", lambda name: None)
+    runner.run(redis_url, "modelplan")
+    assert len(made) == 3
