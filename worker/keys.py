@@ -5,9 +5,9 @@ key (after the prefix)                  type    TTL                   written by
 ======================================  ======  ====================  ==================================
 ``node:{node_id}``                      string  NODE_TTL_MS           heartbeat.lua: the last heartbeat
                                                                       (JSON NodeRecord)
-``nodes``                               zset    none                  heartbeat.lua (node id, when last
-                                                                      stored: ms, the server's clock);
-                                                                      maintenance drops the silent
+``nodes``                               zset    none                  heartbeat.lua (node id, when its
+                                                                      heartbeat lapses: ms, the server's
+                                                                      clock); maintenance drops the silent
 ``held:{node_id}``                      hash    none                  transition.lua: hold id
                                                                       (``{job}:{replica}:{version}``, or
                                                                       ``{job}:nominated``) -> JSON

@@ -156,11 +156,10 @@ class Store:
         return mirror
 
     def silent_nodes(self) -> list[str]:
-        """Nodes in the index whose heartbeat has lapsed: those last stored a TTL ago or more by the server's
-        clock (their scores), each checked gone; not a pass over the whole index."""
+        """Nodes in the index whose heartbeat has lapsed: those whose last heartbeat lapses by now on the
+        server's clock (their scores), each checked gone; not a pass over the whole index."""
         secs, micros = self.redis.time()
-        lapsed = secs * 1000 + micros // 1000 - C.NODE_TTL_MS
-        raw = self.redis.zrangebyscore(self.keys.nodes, "-inf", lapsed)
+        raw = self.redis.zrangebyscore(self.keys.nodes, "-inf", secs * 1000 + micros // 1000)
         ids = self.valid_ids(raw, self.keys.nodes, "a node id", "skipped")
         if not ids:
             return []

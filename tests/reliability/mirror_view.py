@@ -32,12 +32,16 @@ COPY_TRIES = 20
 
 
 def pool_view(pool: Snapshot) -> dict[str, Any]:
-    """What a plan reads of a pool: each node as plans see it, its stored heartbeat, the holds on it."""
+    """What a plan reads of a pool: each node as plans see it, its stored heartbeat, the holds on it. A
+    heartbeat's ``seq`` and arrival are left out: a refresh (nothing else new) reaches a mirror as its TTL
+    alone, so a mirror keeps the last record that changed something."""
     return {
         "nodes": sorted(
             [n.id, n.gpu_class, n.fabric, n.gpus, n.free_gpus, n.host_mem_gb, n.host_free_gb] for n in pool.nodes
         ),
-        "records": {n: r.model_dump(mode="json") for n, r in sorted(pool.records.items())},
+        "records": {
+            n: r.model_dump(mode="json", exclude={"seq", "received_at"}) for n, r in sorted(pool.records.items())
+        },
         "held": {
             n: {hid: [h.gpus, h.host_gb, h.boot_id, h.nominated] for hid, h in sorted(hs.items())}
             for n, hs in sorted(pool.held.items())

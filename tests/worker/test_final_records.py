@@ -52,7 +52,7 @@ def test_a_released_job_that_lost_its_node_says_none_was_running(client: Client)
     job = client.submit(request(), job_id="j")
     drain(client)
     assert client.get(job).state is JobState.PLACED
-    client.redis.delete(client.keys.node("gpu-1"))  # its heartbeat lapses: its key goes, stored a TTL ago
+    client.redis.delete(client.keys.node("gpu-1"))  # its heartbeat lapses: its key goes, its score passes
     client.redis.zadd(client.keys.nodes, {"gpu-1": 0})
     maintenance.sweep(client.store)
     drain(client)

@@ -147,7 +147,6 @@ def test_a_silent_node_sends_its_jobs_back_through_planning(client: Client, monk
     client.heartbeat(hb("gpu-2", "h100-80g", gpus=1))
     time.sleep(0.4)
     assert [n.id for n in client.pool().nodes] == ["gpu-2"]
-    monkeypatch.setattr(C, "NODE_TTL_MS", 300)  # the sweep looks for nodes stored that long ago
     done = maintenance.sweep(client.store, force=True)
     assert done["node_silent"] == 1
     drain(client)
@@ -458,14 +457,14 @@ def test_a_commit_reads_the_stored_version_however_the_record_is_laid_out(client
 
 
 def test_the_sweep_finds_silent_nodes_from_the_oldest_heartbeats(client: Client) -> None:
-    """A node's score is when its heartbeat was stored, by the server's clock; the sweep asks only the nodes
-    stored a TTL ago or more whether they are gone, not every node of the index: one stored a moment ago is
-    not asked yet."""
+    """A node's score is when its heartbeat lapses, by the server's clock; the sweep asks only the nodes
+    whose heartbeat has lapsed by their scores whether they are gone, not every node of the index: one
+    whose heartbeat has not lapsed yet is not asked."""
     for n in ("old", "fresh", "alive"):
         client.heartbeat(hb(n, gpus=1))
     secs, micros = client.redis.time()
-    stored = client.redis.zscore(client.keys.nodes, "fresh")
-    assert stored is not None and abs(stored - (secs * 1000 + micros // 1000)) < 5_000
-    client.redis.zadd(client.keys.nodes, {"old": 0, "alive": 0})  # stored long ago, by their scores
+    lapses = client.redis.zscore(client.keys.nodes, "fresh")
+    assert lapses is not None and abs(lapses - (secs * 1000 + micros // 1000 + C.NODE_TTL_MS)) < 5_000
+    client.redis.zadd(client.keys.nodes, {"old": 0, "alive": 0})  # lapsed long ago, by their scores
     client.redis.delete(client.keys.node("old"), client.keys.node("fresh"))  # no heartbeat now
     assert client.store.silent_nodes() == ["old"]  # "alive" still has its key; "fresh" is not asked yet

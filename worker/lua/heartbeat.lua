@@ -8,8 +8,8 @@
 -- ARGV[2] record JSON  ARGV[5] node TTL, ms         ARGV[8] free cards    ARGV[9] free host GiB
 -- ARGV[3] seq          ARGV[6] wake flag TTL, ms    ARGV[10] pool:changes MAXLEN
 --
--- The node's score in nodes is when the heartbeat was stored, by the server's clock (as its key's TTL
--- runs), so that the sweep finds the lapsed nodes from the oldest scores rather than the whole index.
+-- The node's score in nodes is when this heartbeat lapses, by the server's clock (as its key's TTL runs),
+-- so that the sweep finds the lapsed nodes from the lowest scores rather than asking the whole index.
 --
 -- A stored heartbeat goes onto pool:changes with its TTL, for the workers' mirrors of the pool: the
 -- record itself where it changes what a plan reads, only its TTL where it is a refresh (the same figures,
@@ -69,7 +69,7 @@ end
 
 local now = redis.call('TIME')
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[5])
-redis.call('ZADD', KEYS[2], now[1] * 1000 + math.floor(now[2] / 1000), ARGV[1])
+redis.call('ZADD', KEYS[2], now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[5]), ARGV[1])
 if old_raw and restarted == 0 and plan_view(old_raw) == plan_view(ARGV[2]) then
   redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[10], '*', 'n', ARGV[1], 't', ARGV[5])
 else
