@@ -50,6 +50,8 @@ OTHER_JOBS_PER_S = 10
 """Jobs a second that are placed at once, on whatever cards are free."""
 OTHER = "Meta-Llama-3.1-70B-Instruct-Q4_K_M.gguf"
 """What those jobs ask for: one card of 80 GiB or more, which the busy pool has free."""
+SETUP_TTL_MS = 300_000
+"""The TTL of the heartbeats the pool is loaded with: past the workers' first whole reads of it."""
 START_S = 3.0
 """The relays start together this long after they are launched (imported and connected by then)."""
 POLL_S = 0.01
@@ -65,7 +67,13 @@ def cluster(url: str, sizes: Sizes) -> None:
     for b in beats:
         if b["gpu_class"] == TARGET_CLASS:
             b["free_gpus"] = 0
-    load_pool(client.store, beats)
+    # loaded with a TTL long enough for the workers' first reads, so that no node lapses before its relay
+    # publishes it; from then on the relays' heartbeats carry the usual TTL
+    ttl, C.NODE_TTL_MS = C.NODE_TTL_MS, SETUP_TTL_MS
+    try:
+        load_pool(client.store, beats)
+    finally:
+        C.NODE_TTL_MS = ttl
     waiting_req = request_from_repository(repository(30), model="bench/llama-70b", context=CONTEXT)
     other_req = request_from_repository(repository(30), model="bench/llama-70b", context=CONTEXT, artifact=OTHER)
 
