@@ -13,6 +13,7 @@ import itertools
 import json
 import math
 import multiprocessing
+import random
 import shutil
 import signal
 import statistics
@@ -21,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -186,15 +188,23 @@ def wake_latency(url: str, sizes: Sizes) -> None:
 
 def planner_cost(sizes: Sizes) -> None:
     """Time per plan (``plan_job``: every option ranked, nodes chosen) against pool size and artifacts, on
-    the pool indexed once, untimed, as a worker's mirror keeps it (``planner.index``)."""
+    the pool indexed once, untimed, as a worker's mirror keeps it (``planner.index``). Before each plan one
+    card node's free cards change in the index, untimed, as a heartbeat changes a worker's mirror between
+    two plans: what the planner keeps from one plan to the next is kept only where the pool did not change."""
     per: dict[tuple[int, int], float] = {}
+    rng = random.Random(11)
     for n in sizes.plan_pools:
-        nodes = PoolIndex(pool_nodes(pool(n, busy=True)))
+        members = pool_nodes(pool(n, busy=True))
+        nodes = PoolIndex(members)
+        cards = [m for m in members if m.gpus > 0]
         for k in sizes.plan_artifacts:
             repo = repository(k)
             runs: list[float] = []
             spent = 0.0
             while spent < sizes.plan_seconds or len(runs) < 3:
+                node = rng.choice(cards)
+                now = nodes.get(node.id) or node
+                nodes.put(replace(now, free_gpus=(now.free_gpus + 1) % (now.gpus + 1)))
                 t0 = time.perf_counter()
                 plan_job(repo.artifacts, repo.shape, nodes, CONTEXT)
                 dt = time.perf_counter() - t0

@@ -32,6 +32,8 @@ class FabricGroup:
     name: str
     cards: dict[tuple[int, int], int] = field(default_factory=dict)
     _takers: dict[int, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+    kept: dict[int, object] = field(default_factory=dict, compare=False, repr=False)
+    """What the planner worked out from these counts, by what it was for; emptied when they change."""
 
     def takers(self, width: int) -> tuple[int, int]:
         """How many nodes have ``width`` cards, and how many of those have them free now."""
@@ -54,6 +56,8 @@ class Group:
     cards: dict[tuple[int, int], int] = field(default_factory=dict)
     """Every fabric's counts together."""
     _takers: dict[int, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+    kept: dict[int, object] = field(default_factory=dict, compare=False, repr=False)
+    """What the planner worked out from the class's counts, by what it was for; emptied when they change."""
 
     @property
     def budget_gb(self) -> float:
@@ -168,6 +172,8 @@ def tally(g: Group, f: FabricGroup, cards: tuple[int, int], d: int) -> None:
             del counts[cards]
     g._takers.clear()
     f._takers.clear()
+    g.kept.clear()
+    f.kept.clear()
     if d > 0:
         g.max_gpus = max(g.max_gpus, cards[0])
     elif cards[0] == g.max_gpus and not any(gpus == cards[0] for gpus, _ in g.cards):

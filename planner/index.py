@@ -240,10 +240,13 @@ class PoolIndex:
         old = self._nodes.get(node.id)
         if old == node:
             return
+        # a node whose cards are counted as before (only its RAM changed, say) leaves the groups as they
+        # are, and what the planner kept in them
+        same = old is not None and grouped_key(old) == grouped_key(node)
         if old is not None:
-            self._remove(old)
+            self._remove(old, groups=not same)
         self._nodes[node.id] = node
-        self._add(node)
+        self._add(node, groups=not same)
 
     def drop(self, node_id: str) -> None:
         """A node leaves the pool (nothing if it is not in it)."""
@@ -251,8 +254,8 @@ class PoolIndex:
         if old is not None:
             self._remove(old)
 
-    def _add(self, n: PoolNode) -> None:
-        """List and count ``n`` everywhere."""
+    def _add(self, n: PoolNode, *, groups: bool = True) -> None:
+        """List and count ``n`` everywhere (in the groups too, unless told not to)."""
         ck = (n.gpu_class, n.gpu_mem_gb, n.gpus, n.free_gpus)
         ids = self._cards.get(ck)
         if ids is None:
@@ -282,8 +285,7 @@ class PoolIndex:
                 insort(self._rooms, room)
             self._room[room] = count + 1
 
-        gk = grouped_key(n)
-        if gk is not None:
+        if groups and grouped_key(n) is not None:
             key = (n.gpu_class, n.gpu_mem_gb)
             g = self._groups.get(key)
             if g is None:
@@ -295,8 +297,8 @@ class PoolIndex:
                 g.fabrics.insert(fabric_in(g, n.fabric)[0], f)
             tally(g, f, (n.gpus, n.free_gpus), 1)
 
-    def _remove(self, n: PoolNode) -> None:
-        """Unlist ``n`` everywhere, dropping what is left empty."""
+    def _remove(self, n: PoolNode, *, groups: bool = True) -> None:
+        """Unlist ``n`` everywhere (in the groups too, unless told not to), dropping what is left empty."""
         ck = (n.gpu_class, n.gpu_mem_gb, n.gpus, n.free_gpus)
         ids = self._cards[ck]
         _remove_from(ids, n.id)
@@ -341,7 +343,7 @@ class PoolIndex:
                 del self._room[room]
                 _remove_from(self._rooms, room)
 
-        if grouped_key(n) is not None:
+        if groups and grouped_key(n) is not None:
             key = (n.gpu_class, n.gpu_mem_gb)
             g = self._groups[key]
             f = self._fabric_groups[(*key, n.fabric)]

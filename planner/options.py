@@ -6,6 +6,7 @@ or on a CPU node, with what each card would hold, and whether the cards are free
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -65,7 +66,7 @@ def options(
         tuple(artifacts), shape, context, estimate, tuple((c.gpu_class, c.mem_gb, c.max_gpus) for c in pools)
     )
     host_pool = hosts() if request.in_ram else None
-    originals = tuple(tuple(vllm_options(a, kv, shape, pools, bpw, s)) for a, kv, bpw, s in request.originals)
+    originals = tuple(layout.kept_on(pools) for layout in request.originals)
     counts = (
         tuple(_counted(pools[i], width) for i, width in request.widths),
         tuple((*host_pool.holding(need), host_pool.best_free >= need) for need in request.in_ram) if host_pool else (),
@@ -90,7 +91,7 @@ class _Request:
     rankings made so far, by the pool's counts that options read."""
 
     gguf: tuple[GgufLayout, ...]
-    originals: tuple[tuple[Artifact, int, float, Sizing], ...]
+    originals: tuple[_VllmLayout, ...]
     order: tuple[tuple[bool, int], ...]
     """Each artifact in the request's order: ``(is GGUF, its place in gguf or originals)``."""
     widths: tuple[tuple[int, int], ...]
@@ -109,7 +110,7 @@ def _request(
     artifacts: tuple[Artifact, ...], shape: Shape, context: int, estimate: Estimate, classes: Classes
 ) -> _Request:
     gguf: list[GgufLayout] = []
-    originals: list[tuple[Artifact, int, float, Sizing]] = []
+    originals: list[_VllmLayout] = []
     order: list[tuple[bool, int]] = []
     for a in artifacts:
         bpw = bits_of(a.quant)
@@ -122,17 +123,21 @@ def _request(
             gguf.append(gguf_layout(a, llamacpp_kv_bytes(shape, context), bpw, sizing, classes))
         elif a.format in ("safetensors", "pytorch"):
             order.append((False, len(originals)))
-            originals.append((a, vllm_kv_bytes(shape, context), bpw, Sizing(estimate, engine_shape(shape), context)))
+            sizing = Sizing(estimate, engine_shape(shape), context)
+            originals.append(_VllmLayout(a, vllm_kv_bytes(shape, context), shape, bpw, sizing, next(_KEYS)))
     widths = sorted({w for layout in gguf for w in layout.widths})
     in_ram = sorted({layout.host.need_gb for layout in gguf})
     return _Request(tuple(gguf), tuple(originals), tuple(order), tuple(widths), tuple(in_ram))
 
 
+_KEYS = itertools.count()
+"""A key for each original's layouts as a request sized them, for the pool's groups to keep them by."""
+
 layouts.KEPT_ELSEWHERE.append(_request)
 
 
 def _ranked(
-    request: _Request, pools: Sequence[Group], host_pool: HostPool | None, originals: tuple[tuple[Option, ...], ...]
+    request: _Request, pools: Sequence[Group], host_pool: HostPool | None, originals: tuple[tuple[_Kept, ...], ...]
 ) -> tuple[Option, ...]:
     out: list[Option] = []
     for is_gguf, at in request.order:
@@ -140,7 +145,8 @@ def _ranked(
             assert host_pool is not None
             out += gguf_options(request.gguf[at], host_pool, pools)
         else:
-            out += originals[at]
+            for kept in originals[at]:
+                out += kept.options
     rank(out)
     return tuple(out)
 
@@ -168,20 +174,34 @@ def vllm_options(
     that, a node's full width on each of several nodes of one fabric, pipeline parallel between them.
     Widths are those vLLM accepts (``planner.parallel.vllm_tp_allowed``), and each card holds its share
     of the KV cache as vLLM shards it (replicated KV heads, the whole MLA latent)."""
-    s = sizing or Sizing()
-    weights = a.weights_bytes
+    layout = _VllmLayout(a, kv, shape, bpw, sizing or Sizing())
+    return [o for c in pools for o in layout.on(c)]
 
-    @cache  # a layout's need is the same on every fabric, and a pool may have hundreds of fabrics
-    def need(tp: int, pp: int = 1) -> Need:
-        return vllm_need(weights, kv, shape, tp, pp, s)
 
-    def per_card_gb(tp: int, pp: int = 1) -> float:
-        return gib(need(tp, pp).total)
+class _VllmLayout:
+    """One original's vLLM layouts, made a class of card at a time (``on``)."""
 
-    def divides(w: int) -> bool:
-        return vllm_tp_allowed(shape, w)
+    __slots__ = ("a", "bpw", "key", "need", "shape", "sizing")
 
-    def option(c: Group, per_node: int, n: int, fabric: str, hosts: int, free_now: bool) -> Option:
+    def __init__(self, a: Artifact, kv: int, shape: Shape, bpw: float, sizing: Sizing, key: int | None = None) -> None:
+        self.a, self.shape, self.bpw, self.sizing = a, shape, bpw, sizing
+        self.key = key
+        """What the layouts are kept by in the pool's groups (``Group.kept``); None: not kept."""
+
+        @cache  # a layout's need is the same on every fabric, and a pool may have hundreds of fabrics
+        def need(tp: int, pp: int = 1) -> Need:
+            return vllm_need(a.weights_bytes, kv, shape, tp, pp, sizing)
+
+        self.need = need
+
+    def per_card_gb(self, tp: int, pp: int = 1) -> float:
+        return gib(self.need(tp, pp).total)
+
+    def divides(self, w: int) -> bool:
+        return vllm_tp_allowed(self.shape, w)
+
+    def option(self, c: Group, per_node: int, n: int, fabric: str, hosts: int, free_now: bool) -> Option:
+        a, s = self.a, self.sizing
         return Option(
             artifact=a.name,
             format=a.format,
@@ -190,35 +210,88 @@ def vllm_options(
             fabric=fabric,
             gpus_per_node=per_node,
             nodes=n,
-            need_gb=per_card_gb(per_node, n),
+            need_gb=self.per_card_gb(per_node, n),
             have_gb=c.budget_gb,
             hosts=hosts,
             free_now=free_now,
-            bits_per_weight=bpw,
+            bits_per_weight=self.bpw,
             estimate=s.estimate,
-            margin=s.margin(need(per_node, n)),
+            margin=s.margin(self.need(per_node, n)),
         )
 
-    out: list[Option] = []
-    for c in pools:
-        single = None
+    def on(self, c: Group) -> list[Option]:
+        """The layouts on class ``c``: one on a node's cards, or failing that one on each fabric."""
         w = 1
-        while w <= c.max_gpus and divides(w):
-            if fits(per_card_gb(w), c.mem_gb):
+        while w <= c.max_gpus and self.divides(w):
+            if fits(self.per_card_gb(w), c.mem_gb):
                 hosts, free = c.takers(w)
-                single = option(c, w, 1, "", hosts, free > 0)
-                break
+                return [self.option(c, w, 1, "", hosts, free > 0)]
             w *= 2
-        if single is not None:
-            out.append(single)
-            continue
+        out: list[Option] = []
         for fab in c.fabrics:
             if fab.name:
-                multi = _across_nodes(fab, divides, per_card_gb, c.mem_gb)
-                if multi is not None:
-                    width, n, hosts, free = multi
-                    out.append(option(c, width, n, fab.name, hosts, free >= n))
-    return out
+                o = self.across(c, fab)
+                if o is not None:
+                    out.append(o)
+        return out
+
+    def across(self, c: Group, fab: FabricGroup) -> Option | None:
+        """The layout over several of ``fab``'s nodes, if one holds the original; kept with the fabric's
+        counts when this layout is kept."""
+        key = self.key
+        if key is not None:
+            o = fab.kept.get(key, _UNKNOWN)
+            if o is not _UNKNOWN:
+                return o  # type: ignore[return-value]
+        multi = _across_nodes(fab, self.divides, self.per_card_gb, c.mem_gb)
+        o = None
+        if multi is not None:
+            width, n, hosts, free = multi
+            o = self.option(c, width, n, fab.name, hosts, free >= n)
+        if key is not None:
+            _keep(fab.kept, key, o)
+        return o
+
+    def kept_on(self, pools: Sequence[Group]) -> tuple[_Kept, ...]:
+        """``on`` each class, kept in the class's counts: worked out again only for a class that changed,
+        and then only on the fabrics that changed."""
+        key = self.key
+        assert key is not None
+        out: list[_Kept] = []
+        for c in pools:
+            got = c.kept.get(key)
+            if got is None:
+                got = _Kept(tuple(self.on(c)))
+                _keep(c.kept, key, got)
+            out.append(got)  # type: ignore[arg-type]
+        return tuple(out)
+
+
+_UNKNOWN = object()
+KEPT_PER_GROUP = 64
+"""Layouts a group keeps at most, one per original planned lately: more, and it forgets them all."""
+
+
+def _keep(kept: dict[int, object], key: int, value: object) -> None:
+    if len(kept) >= KEPT_PER_GROUP:
+        kept.clear()
+    kept[key] = value
+
+
+class _Kept:
+    """A class's options for one original, hashed once: part of the key a request's rankings are kept by."""
+
+    __slots__ = ("_hash", "options")
+
+    def __init__(self, options: tuple[Option, ...]) -> None:
+        self.options = options
+        self._hash = hash(options)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Kept) and (self.options is other.options or self.options == other.options)
 
 
 def _across_nodes(

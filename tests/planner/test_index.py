@@ -43,7 +43,9 @@ from planner.groups import Group, HostPool
 from planner.index import PoolIndex
 from planner.options import grouped, options, rank, vllm_options
 from planner.view import PoolView, pool_view
+from tests.planner.helpers import gpu_node, original
 from tests.planner.test_properties import artifacts, contexts, shapes
+from tests.planner.test_seed_rules import NO_KV, four_card_nodes
 
 # --- the reference: the list-based planner ------------------------------------------------------------------
 
@@ -453,6 +455,68 @@ def test_an_index_kept_up_to_date_is_the_index_built_anew(
     built = PoolIndex(now.values())
     assert state(index) == state(built)
     assert index.groups() == grouped(list(now.values()))
+
+
+@given(st.lists(artifacts, min_size=1, max_size=3), shapes, pools(max_size=12), changes, contexts, st.data())
+@settings(max_examples=300)
+def test_options_planned_between_changes_are_those_of_the_list(
+    arts: list[Artifact],
+    shape: Shape,
+    nodes: list[PoolNode],
+    steps: list[tuple[str, str, dict[str, Any]]],
+    ctx: int,
+    data: st.DataObject,
+) -> None:
+    """The layouts an index's groups keep from one plan to the next are made again where a change touches
+    them, and only there: planned after every change, on the index and on a view of it, options are what
+    the list gives."""
+    index = PoolIndex(nodes)
+    now = {n.id: n for n in nodes}
+    for what, node_id, fields in [("plan", "", {}), *steps]:
+        if what == "put":
+            node = PoolNode(id=node_id, **fields)
+            index.put(node)
+            now[node_id] = node
+        elif what == "drop":
+            index.drop(node_id)
+            now.pop(node_id, None)
+        listed = list(now.values())
+        assert options(arts, shape, index, ctx) == ref_options(arts, shape, listed, ctx)
+        over = data.draw(overridden(listed))
+        assert options(arts, shape, index.view(over), ctx) == ref_options(arts, shape, substituted(listed, over), ctx)
+
+
+def test_layouts_across_nodes_are_made_again_on_the_fabric_that_changed() -> None:
+    """A fabric's layout over several nodes is kept with its counts: a node busy, joining or leaving on
+    one fabric changes that fabric's option, and the other fabric's stays as it was."""
+    big = [original(400)]  # two nodes of four 80 GiB cards
+    nodes = {n.id: n for f in ("ib-a", "ib-b") for n in four_card_nodes(2, f)}
+    index = PoolIndex(nodes.values())
+
+    def layouts() -> dict[str, tuple[int, bool]]:
+        got = options(big, NO_KV, index, 1, estimate="seed")
+        assert got == options(big, NO_KV, list(nodes.values()), 1, estimate="seed")
+        return {o.fabric: (o.hosts, o.free_now) for o in got}
+
+    assert layouts() == {"ib-a": (2, True), "ib-b": (2, True)}
+    seen = []
+    for node in (
+        gpu_node("ib-a-0", "h100-80g", gpus=4, free=3, fabric="ib-a"),
+        *four_card_nodes(3, "ib-b")[2:],
+        gpu_node("ib-a-0", "h100-80g", gpus=4, free=4, fabric="ib-a", host=64, host_free=7),
+    ):
+        index.put(node)
+        nodes[node.id] = node
+        seen.append(layouts())
+    assert seen == [
+        {"ib-a": (2, False), "ib-b": (2, True)},
+        {"ib-a": (2, False), "ib-b": (3, True)},
+        {"ib-a": (2, True), "ib-b": (3, True)},
+    ]
+    assert layouts() == {"ib-a": (2, True), "ib-b": (3, True)}
+    index.drop("ib-b-0")
+    del nodes["ib-b-0"]
+    assert layouts() == {"ib-a": (2, True), "ib-b": (2, True)}
 
 
 @given(pools(max_size=12), changes)
