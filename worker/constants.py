@@ -18,6 +18,9 @@ LEASE_MS = 10_000
 taken for dead and the job is planned again by another, well within 30 s."""
 
 MAINTENANCE_INTERVAL_S = 2.0
+SILENT_HANDOFF_MS = 10_000
+"""A silent node that held jobs is handed to a worker on the queue (its jobs planned again on that worker's
+mirror of the pool), and not handed again for this long: again only if that worker died before it was done."""
 """How often a worker looks for expired leases, silent nodes and stalled jobs. Only one worker at a time
 does it (a lock), so more workers do not mean more sweeps."""
 

@@ -60,6 +60,13 @@ def wake_pass(prefix: str, full: bool = False) -> int:
         return waking.wake_pass(store, full)
 
 
+def node_silent(prefix: str, node_id: str) -> int:
+    """A node's heartbeat lapsed while it held jobs: plan them again, and drop the node."""
+    store, worker = _store(prefix)
+    with structlog.contextvars.bound_contextvars(node_id=node_id, worker=worker):
+        return moves.node_silent(store, node_id)
+
+
 def node_restarted(prefix: str, node_id: str, boot_id: str) -> int:
     """A node came back with a new boot: what was placed on it before is gone; plan those jobs again."""
     store, worker = _store(prefix)

@@ -7,7 +7,9 @@ key (after the prefix)                  type    TTL                   written by
                                                                       (JSON NodeRecord)
 ``nodes``                               zset    none                  heartbeat.lua (node id, when its
                                                                       heartbeat lapses: ms, the server's
-                                                                      clock); maintenance drops the silent
+                                                                      clock); maintenance drops the silent,
+                                                                      or moves a silent one that held jobs
+                                                                      on while a worker hands them back
 ``held:{node_id}``                      hash    none                  transition.lua: hold id
                                                                       (``{job}:{replica}:{version}``, or
                                                                       ``{job}:nominated``) -> JSON

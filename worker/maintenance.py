@@ -40,7 +40,12 @@ def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
 
     for node_id in store.silent_nodes():
         done["node_silent"] += 1
-        moves.node_silent(store, node_id)
+        if store.held_on(node_id):
+            # its jobs are planned again by a worker, on the pool it keeps in memory, rather than on a
+            # whole read of the pool made here
+            store.hand_off_silent(node_id, now + C.SILENT_HANDOFF_MS)
+        else:
+            moves.node_silent(store, node_id)
 
     old_raw = r.zrangebyscore(k.jobs(JobState.QUEUED), "-inf", now - C.QUEUED_LOST_MS)
     old = store.valid_ids(old_raw, k.jobs(JobState.QUEUED), "a job id", "skipped")

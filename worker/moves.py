@@ -95,7 +95,10 @@ def node_restarted(store: Store, node_id: str, boot_id: str) -> int:
 
 
 def node_silent(store: Store, node_id: str) -> int:
-    """The replicas on a node whose heartbeat lapsed wait again; the node leaves the pool's index."""
+    """The replicas on a node whose heartbeat lapsed wait again; the node leaves the pool's index. Nothing
+    if its heartbeat is back."""
+    if store.redis.exists(store.keys.node(node_id)):
+        return 0
     held = store.held_on(node_id)
     jobs = sorted({job_of_hold(hid) for hid, h in held.items() if not h.unreadable})
     count = sum(lose_node(store, j, node_id, f"node {node_id} went silent") for j in jobs)

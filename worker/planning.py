@@ -44,12 +44,23 @@ def waiting_score(rec: JobRecord) -> float:
 
 def claim(store: Store, job_id: str, worker: str) -> JobRecord | None:
     """Take a queued job (or one whose planner's lease ran out) into ``planning`` for ``worker``; None
-    when there is nothing to do: another worker has it, or it was planned already."""
-    for _ in range(C.PLAN_ATTEMPTS):
-        rec = readable_job(store, job_id, with_pool=True)
-        if rec is None:
+    when there is nothing to do: another worker has it, or it was planned already. The pool is brought up
+    to date in the same round trip."""
+    try:
+        got = store.claim_and_pool(job_id, worker)
+    except BadRecord as e:
+        store.fail_unreadable_job(job_id, e)
+        return None
+    for attempt in range(C.PLAN_ATTEMPTS):
+        if attempt:
+            got = None if (rec := readable_job(store, job_id, with_pool=True)) is None else (False, rec)
+        if got is None:
             log.warning("job_missing", job_id=job_id)
             return None
+        claimed, rec = got
+        if claimed:
+            return rec
+        # not a queued record as the script takes one: decided here, in full
         now = utcnow()
         expired = rec.state is JobState.PLANNING and rec.lease_until is not None and rec.lease_until < now
         if rec.state is not JobState.QUEUED and not expired:

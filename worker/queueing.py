@@ -45,6 +45,7 @@ TASKS: dict[str, tuple[ArgCheck, ...]] = {
     "worker.jobs.plan_job": (_id,),
     "worker.jobs.wake_pass": (_flag,),
     "worker.jobs.node_restarted": (_id, _id),
+    "worker.jobs.node_silent": (_id,),
 }
 """The job functions a worker runs, by the name RQ stores, with a check for each argument after the
 prefix (which must be the worker's own)."""

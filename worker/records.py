@@ -33,6 +33,14 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+_DATETIME = TypeAdapter(datetime)
+
+
+def json_of(at: datetime) -> str:
+    """``at`` as a record's JSON holds a time."""
+    return _DATETIME.dump_json(at).decode()
+
+
 class JobState(StrEnum):
     """Where a job stands. The score of its entry in ``jobs:{state}`` is given beside each."""
 
@@ -262,18 +270,20 @@ class JobRecord(BaseModel):
     state: JobState
     version: int = Field(ge=0)
     """Rises with every change; a change is committed only against the version it was made from."""
+    updated_at: datetime
+    worker: str | None = None
+    """The worker holding it while planning."""
+    lease_until: datetime | None = None
+    # the fields above come first, in this order, in every stored record: ``claim.lua`` takes a queued job
+    # into planning by rewriting them alone
     request: ServeRequest
     wanted: int
     """Replicas wanted now (the request's, until scaled)."""
     seq: int
     """Arrival order."""
     created_at: datetime
-    updated_at: datetime
     attempts: int = 0
     """How many times it has been planned."""
-    worker: str | None = None
-    """The worker holding it while planning."""
-    lease_until: datetime | None = None
     option: Option | None = None
     replicas: tuple[Replica, ...] = ()
     alternatives: tuple[Option, ...] = ()

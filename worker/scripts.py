@@ -10,7 +10,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-NAMES = ("transition", "heartbeat", "take_wake", "quarantine_job")
+NAMES = ("transition", "claim", "heartbeat", "take_wake", "quarantine_job")
 
 _registered: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
 

@@ -6,9 +6,11 @@ workers can never both move one job, and a placement is written only if every no
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 import redis
@@ -19,7 +21,7 @@ from worker.errors import BadRecord
 from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold, planning_job_id
 from worker.pool import UNREADABLE, Held, HoldSpec, Mirror, Snapshot, parse_cache
 from worker.queueing import planning_queue
-from worker.records import Heartbeat, JobRecord, JobState, NodeRecord, read_record
+from worker.records import Heartbeat, JobRecord, JobState, NodeRecord, json_of, read_record, utcnow
 from worker.scripts import script, text
 
 log = logs.get_logger("modelplan.worker")
@@ -288,6 +290,41 @@ class Store:
         mirror.read_at = time.monotonic()
         return read_record(JobRecord, raw, key) if raw is not None else None
 
+    def claim_and_pool(self, job_id: str, worker: str) -> tuple[bool, JobRecord] | None:
+        """Take a queued job into ``planning`` for ``worker`` under a lease (``claim.lua``), with the pool
+        brought up to date in the same round trip: what a worker does before it plans a job.
+
+        ``(True, record)``: taken, ``record`` as now stored. ``(False, record)``: not a queued record
+        (planning, settled, or written otherwise), left as it was for the caller to decide on. None: no
+        record. ``BadRecord`` when it does not parse."""
+        k = self.keys
+        now = utcnow()
+        until = now + timedelta(milliseconds=C.LEASE_MS)
+        keys = [k.job(job_id), k.job_events(job_id), k.events]
+        keys += [k.jobs(JobState.QUEUED), k.jobs(JobState.PLANNING), k.pending, k.pending_for]
+        args: list[Any] = [job_id, json_of(now), json.dumps(worker), json_of(until), until.timestamp() * 1000]
+        args += [C.EVENTS_MAXLEN, C.JOB_EVENTS_MAXLEN, f"planning on {worker}"]
+        claim = script(self.redis, "claim")
+        with self.redis.pipeline(transaction=False) as pipe:
+            # EVALSHA itself: a script registered on a pipeline costs a SCRIPT EXISTS round trip each time
+            pipe.evalsha(claim.sha, len(keys), *keys, *args)
+            if self._mirror is not None:
+                poolread.ask_changes(pipe, self, self._mirror)
+            replies = pipe.execute(raise_on_error=False)
+        reply = replies[0]
+        if isinstance(reply, redis.exceptions.NoScriptError):  # the server lost its scripts: it ran nothing
+            reply = claim(keys=keys, args=args)
+        elif isinstance(reply, Exception):
+            raise reply
+        mirror = self._mirror
+        if mirror is None or not poolread.apply_changes(self, mirror, replies[1:]):
+            mirror = self._read_whole()
+        mirror.read_at = time.monotonic()
+        code, raw = text(reply[0]), reply[1]
+        if code == "gone":
+            return None
+        return code == "planning", read_record(JobRecord, raw, k.job(job_id))
+
     def jobs(self, job_ids: Sequence[str]) -> list[JobRecord | BadRecord | None]:
         """Several jobs' records in one round trip: each a record, None, or the ``BadRecord`` it is."""
         if not job_ids:
@@ -396,6 +433,20 @@ class Store:
         self.queue.enqueue_call(
             "worker.jobs.wake_pass",
             args=(self.keys.prefix, full),
+            timeout=C.RQ_JOB_TIMEOUT_S,
+            result_ttl=0,
+            failure_ttl=C.RQ_FAILURE_TTL_S,
+            at_front=True,
+        )
+
+    def hand_off_silent(self, node_id: str, until_ms: int) -> None:
+        """Queue a ``node_silent`` task for a silent node that held jobs, at the front, and move the node's
+        score in ``nodes`` on to ``until_ms`` (unless a heartbeat moved it further), so that the sweeps
+        meanwhile leave it to that task."""
+        self.redis.zadd(self.keys.nodes, {node_id: until_ms}, xx=True, gt=True)
+        self.queue.enqueue_call(
+            "worker.jobs.node_silent",
+            args=(self.keys.prefix, node_id),
             timeout=C.RQ_JOB_TIMEOUT_S,
             result_ttl=0,
             failure_ttl=C.RQ_FAILURE_TTL_S,

@@ -147,8 +147,12 @@ def test_a_silent_node_sends_its_jobs_back_through_planning(client: Client, monk
     client.heartbeat(hb("gpu-2", "h100-80g", gpus=1))
     time.sleep(0.4)
     assert [n.id for n in client.pool().nodes] == ["gpu-2"]
+    empty_queue(client)
     done = maintenance.sweep(client.store, force=True)
-    assert done["node_silent"] == 1
+    # handed to a worker, which plans its jobs on the pool it keeps in memory; not handed twice
+    assert done["node_silent"] == 1 and queued_functions(client) == ["worker.jobs.node_silent"]
+    assert maintenance.sweep(client.store, force=True).get("node_silent", 0) == 0
+    assert client.get(job).state is JobState.PLACED and client.store.node_ids() == ["gpu-1", "gpu-2"]
     drain(client)
     rec = client.get(job)
     assert rec.reason == "node gpu-1 went silent; placed original on 1 × h100-80g: gpu-2"
@@ -160,6 +164,28 @@ def test_a_silent_node_sends_its_jobs_back_through_planning(client: Client, monk
         "held": {"gpu-2": {job: 1}},
         "held_nodes": ["gpu-2"],
     }
+
+
+def test_a_silent_node_is_handed_on_only_while_silent(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node that held nothing is dropped by the sweep itself; a ``node_silent`` job for a node whose
+    heartbeat is back (late, or forged) changes nothing."""
+    monkeypatch.setattr(C, "NODE_TTL_MS", 300)
+    client.heartbeat(hb("idle", "h100-80g", gpus=1, seq=1))
+    client.heartbeat(hb("busy", "h100-80g", gpus=1, seq=1))
+    job = client.submit(request())
+    drain(client)
+    [hold] = client.get(job).placement
+    assert hold.node_id == "busy"
+    time.sleep(0.4)
+    empty_queue(client)
+    assert maintenance.sweep(client.store, force=True)["node_silent"] == 2
+    assert client.store.node_ids() == ["busy"] and queued_functions(client) == ["worker.jobs.node_silent"]
+    monkeypatch.setattr(C, "NODE_TTL_MS", 60_000)
+    client.heartbeat(hb("busy", "h100-80g", gpus=1, free=0, seq=2, started=(hold.hold_id,)))
+    drain(client)
+    rec = client.get(job)
+    assert rec.state is JobState.PLACED and [p.node_id for p in rec.placement] == ["busy"]
+    assert client.store.node_ids() == ["busy"]
 
 
 def test_a_restarted_node_sends_its_old_jobs_back_through_planning(client: Client) -> None:
@@ -317,6 +343,45 @@ def test_a_lapsed_lease_sends_the_job_back(client: Client, monkeypatch: pytest.M
     assert (rec.state, rec.reason) == (JobState.QUEUED, "worker lost-worker stopped mid-plan (its lease expired)")
     drain(client)
     assert client.get(job).state is JobState.PLACED
+
+
+def test_a_claim_rewrites_only_the_head_of_a_queued_record(client: Client) -> None:
+    """``claim.lua`` takes a queued job without decoding its record: what it stores is, byte for byte, the
+    record a worker would have written, and the job's stream and indexes say planning."""
+    job = client.submit(request())
+    empty_queue(client)
+    before = client.get(job)
+    claimed = planning.claim(client.store, job, "w-1")
+    assert claimed is not None
+    raw = client.redis.get(client.keys.job(job))
+    assert raw == claimed.to_json().encode()
+    assert claimed == before.model_copy(
+        update={
+            "state": JobState.PLANNING,
+            "version": before.version + 1,
+            "worker": "w-1",
+            "lease_until": claimed.lease_until,
+            "updated_at": claimed.updated_at,
+        }
+    )
+    assert claimed.lease_until is not None and claimed.lease_until > claimed.updated_at > before.updated_at
+    assert client.redis.zscore(client.keys.jobs(JobState.PLANNING), job) == claimed.lease_until.timestamp() * 1000
+    assert client.redis.zscore(client.keys.jobs(JobState.QUEUED), job) is None
+    assert event_reasons(client, job)[-1] == "planning on w-1"
+    assert planning.claim(client.store, job, "w-2") is None  # held, under its lease
+
+
+def test_a_queued_record_in_another_form_is_claimed_in_full(client: Client) -> None:
+    """A record the script does not take (fields in another order, as another writer may store them) is
+    claimed the long way, with the same result."""
+    job = client.submit(request())
+    empty_queue(client)
+    key = client.keys.job(job)
+    data = json.loads(client.redis.get(key))
+    client.redis.set(key, json.dumps(dict(reversed(data.items()))))
+    claimed = planning.claim(client.store, job, "w-1")
+    assert claimed is not None and (claimed.state, claimed.worker) == (JobState.PLANNING, "w-1")
+    assert client.get(job) == claimed
 
 
 def test_two_plans_from_one_snapshot_cannot_both_take_the_card(client: Client) -> None:
