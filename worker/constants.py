@@ -18,6 +18,9 @@ LEASE_MS = 10_000
 taken for dead and the job is planned again by another, well within 30 s."""
 
 MAINTENANCE_INTERVAL_S = 2.0
+HEARTBEAT_BATCH = 200
+"""Heartbeats stored by one ``heartbeat.lua`` call: a relay's batch is split into calls of this many, so
+that no one call holds Redis for long."""
 SILENT_HANDOFF_MS = 10_000
 """A silent node that held jobs is handed to a worker on the queue (its jobs planned again on that worker's
 mirror of the pool), and not handed again for this long: again only if that worker died before it was done."""

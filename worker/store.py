@@ -59,52 +59,46 @@ class Store:
     def put_heartbeat(self, record: NodeRecord) -> tuple[bool, bool, bool]:
         """Store a heartbeat: ``(stored, wake, restarted)``. An older heartbeat of the same boot is not
         stored; ``wake`` says a wake-up pass is to be queued; ``restarted`` that the node has a new boot."""
-        keys, args = self._heartbeat_call(record, record.model_dump_json())
-        return _heartbeat_reply(script(self.redis, "heartbeat")(keys=keys, args=args))
+        return self.put_stored([(record, record.model_dump_json())])[0]
 
     def put_heartbeats(self, records: Sequence[NodeRecord]) -> list[tuple[bool, bool, bool]]:
-        """Store several heartbeats in one round trip: each is its own ``heartbeat.lua`` call, checked
-        against its node's last alone, exactly as ``put_heartbeat`` would; ``(stored, wake, restarted)``
-        for each, in order. For a relay that forwards many nodes' heartbeats, and for loading a pool."""
+        """Store several heartbeats in one round trip, each checked against its node's last alone, exactly
+        as ``put_heartbeat`` would: ``(stored, wake, restarted)`` for each, in order (``wake`` for the
+        whole batch). For a relay that forwards many nodes' heartbeats, and for loading a pool."""
         return self.put_stored([(r, r.model_dump_json()) for r in records])
 
     def put_stored(self, beats: Sequence[tuple[Heartbeat, str]]) -> list[tuple[bool, bool, bool]]:
         """``put_heartbeats`` of heartbeats with their stored records' JSON already made
-        (``records.stored_json``)."""
+        (``records.stored_json``): ``heartbeat.lua`` a batch of ``HEARTBEAT_BATCH`` at a time, in one
+        round trip."""
         if not beats:
             return []
         beat = script(self.redis, "heartbeat")
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.scripts.add(beat)  # loaded once for the batch if the server lost it
-            for hb, raw in beats:
-                keys, args = self._heartbeat_call(hb, raw)
-                pipe.execute_command("EVALSHA", beat.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
-            replies = pipe.execute()
-        return [_heartbeat_reply(r) for r in replies]
+        step = C.HEARTBEAT_BATCH
+        calls = [self.heartbeat_call(beats[i : i + step]) for i in range(0, len(beats), step)]
+        if len(calls) == 1:
+            replies = [beat(keys=calls[0][0], args=calls[0][1])]
+        else:
+            with self.redis.pipeline(transaction=False) as pipe:
+                pipe.scripts.add(beat)  # loaded once for the batch if the server lost it
+                for keys, args in calls:
+                    pipe.execute_command("EVALSHA", beat.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+                replies = pipe.execute()
+        out: list[tuple[bool, bool, bool]] = []
+        for reply in replies:
+            wake = int(reply[0]) == 1
+            out += [(text(reply[j]) == "ok", wake, int(reply[j + 1]) == 1) for j in range(1, len(reply), 2)]
+        return out
 
-    def _heartbeat_call(self, record: Heartbeat, raw: str) -> tuple[list[str], list[Any]]:
+    def heartbeat_call(self, beats: Sequence[tuple[Heartbeat, str]]) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of one ``heartbeat.lua`` call storing ``beats`` (each with its stored
+        record's JSON)."""
         k = self.keys
-        keys = [
-            k.node(record.node_id),
-            k.nodes,
-            k.epoch,
-            k.wake,
-            k.wake_classes,
-            k.held(record.node_id),
-            k.pool_changes,
-        ]
-        args: list[Any] = [
-            record.node_id,
-            raw,
-            record.seq,
-            record.boot_id,
-            C.NODE_TTL_MS,
-            C.WAKE_FLAG_TTL_MS,
-            record.gpu_class,
-            record.free_gpus,
-            record.host_free_gb,
-            C.POOL_CHANGES_MAXLEN,
-        ]
+        keys = [k.nodes, k.epoch, k.wake, k.wake_classes, k.pool_changes]
+        args: list[Any] = [C.NODE_TTL_MS, C.WAKE_FLAG_TTL_MS, C.POOL_CHANGES_MAXLEN]
+        for hb, raw in beats:
+            keys += [k.node(hb.node_id), k.held(hb.node_id)]
+            args += [hb.node_id, raw, hb.seq, hb.boot_id, hb.gpu_class, hb.free_gpus, hb.host_free_gb]
         return keys, args
 
     def node_ids(self) -> list[str]:
@@ -462,7 +456,3 @@ class Store:
             failure_ttl=C.RQ_FAILURE_TTL_S,
             at_front=True,
         )
-
-
-def _heartbeat_reply(reply: Any) -> tuple[bool, bool, bool]:
-    return text(reply[0]) == "ok", int(reply[1]) == 1, int(reply[2]) == 1

@@ -216,7 +216,7 @@ class Run:
         record = NodeRecord.model_validate(
             {**dict(parse_heartbeat(self.pool.heartbeat(node_id))), "received_at": utcnow()}
         )
-        keys, args = self.client.store._heartbeat_call(record, record.model_dump_json())
+        keys, args = self.client.store.heartbeat_call([(record, record.model_dump_json())])
         with self.client.redis.pipeline(transaction=True) as pipe:
             script(self.client.redis, "heartbeat")(keys=keys, args=args, client=pipe)
             fault(pipe)

@@ -4,6 +4,7 @@ nodes, cancel, watch. RQ jobs run in this process with a burst SimpleWorker."""
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +18,7 @@ from worker import constants as C
 from worker import maintenance, planning
 from worker.errors import JobExists, JobNotFound, WrongState
 from worker.keys import planning_job_id
-from worker.records import JobState
+from worker.records import JobState, NodeRecord, parse_heartbeat, utcnow
 
 
 @pytest.fixture
@@ -377,7 +378,9 @@ def test_a_queued_record_in_another_form_is_claimed_in_full(client: Client) -> N
     job = client.submit(request())
     empty_queue(client)
     key = client.keys.job(job)
-    data = json.loads(client.redis.get(key))
+    raw = client.redis.get(key)
+    assert raw is not None
+    data = json.loads(raw)
     client.redis.set(key, json.dumps(dict(reversed(data.items()))))
     claimed = planning.claim(client.store, job, "w-1")
     assert claimed is not None and (claimed.state, claimed.worker) == (JobState.PLANNING, "w-1")
@@ -444,6 +447,66 @@ def test_a_batch_of_heartbeats_is_stored_as_one_at_a_time_would_be(client: Clien
     with pytest.raises(InvalidInput, match="free_gpus 3 is more than gpus 1"):
         client.heartbeats([hb("gpu-3", gpus=1, seq=1), hb("gpu-4", gpus=1, free=3, seq=1)])
     assert client.redis.get(client.keys.node("gpu-3")) is None  # one bad heartbeat: none stored
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_heartbeats_in_batches_change_what_one_at_a_time_change(
+    client: Client, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """A relay's batch goes to ``heartbeat.lua`` in calls of several nodes, each node checked against its
+    own last heartbeat in order: replies, stored records, pool changes (refresh or record), the wake-up
+    and the classes it is for come out as heartbeats sent one at a time give them, whatever the batch
+    holds (the same node twice, an older seq, a new boot, a stored record that does not decode)."""
+    monkeypatch.setattr(C, "HEARTBEAT_BATCH", 7)  # a batch of 40 is six calls
+    rnd = random.Random(seed)
+    beats = []
+    for _ in range(40):
+        node = rnd.choice(["g1", "g2", "g3", "c1"])
+        gpus = 4 if node != "c1" else 0
+        beats.append(
+            hb(
+                node,
+                "h100-80g" if gpus else "",
+                gpus=gpus,
+                free=rnd.randint(0, gpus),
+                seq=rnd.randint(1, 8),
+                boot=rnd.choice(["b1", "b1", "b1", "b2"]),
+                host=64,
+                host_free=rnd.choice([10, 10, 20]),
+            )
+        )
+
+    def run(send: Any) -> dict[str, Any]:
+        client.redis.flushall()
+        client.redis.set(client.keys.node("g3"), "{not json")  # as good as none
+        replies = send()
+        k = client.keys
+        changes: Any = client.redis.xrange(k.pool_changes)
+        return {
+            "replies": replies,
+            "wake": client.redis.exists(k.wake),
+            "classes": client.redis.smembers(k.wake_classes),
+            "epoch": client.redis.get(k.epoch) is not None,
+            "nodes": {
+                n: json.loads(v) | {"received_at": ""}
+                for n in ("g1", "g2", "g3", "c1")
+                if (v := client.redis.get(k.node(n)))
+            },
+            "changes": [(f[b"n"], b"r" in f) for _, f in changes],
+            "index": sorted(client.redis.zrange(k.nodes, 0, -1)),  # scored by time: in order of the clock
+        }
+
+    def without_time(raw: bytes | None) -> dict[str, Any] | None:
+        return None if raw is None else {**json.loads(raw), "received_at": ""}
+
+    records = [NodeRecord.model_validate({**dict(parse_heartbeat(b)), "received_at": utcnow()}) for b in beats]
+    at_once = run(lambda: client.store.put_heartbeats(records))
+    one_by_one = run(lambda: [client.store.put_heartbeat(r) for r in records])
+    # a batch's wake-up covers the batch: one at a time, each reply says whether its own call woke
+    at_once["replies"] = [(ok, restarted) for ok, _, restarted in at_once["replies"]]
+    one_by_one["replies"] = [(ok, restarted) for ok, _, restarted in one_by_one["replies"]]
+    assert at_once == one_by_one
+    assert {ok for ok, _ in at_once["replies"]} == {True, False}
 
 
 def test_a_plan_on_a_read_a_moment_old_is_still_right(client: Client, redis_url: str) -> None:

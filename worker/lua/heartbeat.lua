@@ -1,23 +1,28 @@
--- heartbeat.lua: stores a node's heartbeat unless an older one of the same boot, and wakes waiting
--- jobs when it frees capacity.
+-- heartbeat.lua: stores nodes' heartbeats, each unless an older one of the same boot, and wakes waiting
+-- jobs when they free capacity. One call takes a batch (a relay's rack, say), each node checked against its
+-- own last heartbeat alone, in order, exactly as one call each would.
 --
--- KEYS[1] node:{id}   KEYS[2] nodes   KEYS[3] epoch   KEYS[4] wake   KEYS[5] wake:classes
--- KEYS[6] held:{id}    KEYS[7] pool:changes
+-- KEYS[1] nodes   KEYS[2] epoch   KEYS[3] wake   KEYS[4] wake:classes   KEYS[5] pool:changes
+-- then for each node: node:{id}, held:{id}
 --
--- ARGV[1] node id      ARGV[4] boot id             ARGV[7] the node's card class ("" for none)
--- ARGV[2] record JSON  ARGV[5] node TTL, ms         ARGV[8] free cards    ARGV[9] free host GiB
--- ARGV[3] seq          ARGV[6] wake flag TTL, ms    ARGV[10] pool:changes MAXLEN
+-- ARGV[1] node TTL, ms   ARGV[2] wake flag TTL, ms   ARGV[3] pool:changes MAXLEN
+-- then for each node (7): node id, record JSON, seq, boot id, card class ("" for none), free cards,
+-- free host GiB
 --
--- The node's score in nodes is when this heartbeat lapses, by the server's clock (as its key's TTL runs),
--- so that the sweep finds the lapsed nodes from the lowest scores rather than asking the whole index.
+-- A node's score in nodes is when its heartbeat lapses, by the server's clock (as its key's TTL runs), so
+-- that the sweep finds the lapsed nodes from the lowest scores rather than asking the whole index.
 --
 -- A stored heartbeat goes onto pool:changes with its TTL, for the workers' mirrors of the pool: the
 -- record itself where it changes what a plan reads, only its TTL where it is a refresh (the same figures,
--- a later seq), so that a worker does not parse every refresh of every node.
+-- a later seq), so that a worker does not parse every refresh of every node. A refresh is told from the
+-- stored text alone, without decoding it: most heartbeats are refreshes.
 --
--- Returns {code, wake, restarted}: code "ok" or "stale" (an older heartbeat: nothing changed); wake 1
--- when the caller queues a wake-up pass; restarted 1 when the node came back with a new boot, or came
--- back after its heartbeat lapsed, while jobs hold reservations on it: the caller has those checked.
+-- Returns {wake, then for each node: code, restarted}: wake 1 when the caller queues a wake-up pass;
+-- code "ok" or "stale" (an older heartbeat: nothing changed); restarted 1 when the node came back with a
+-- new boot, or came back after its heartbeat lapsed, while jobs hold reservations on it: the caller has
+-- those checked.
+
+local ttl, maxlen = ARGV[1], ARGV[3]
 
 -- What a plan reads of a stored heartbeat: all of it but its seq and when it arrived. Read from the
 -- layout modelplan writes; a record laid out otherwise never compares equal, and goes on whole.
@@ -26,62 +31,93 @@ local function plan_view(raw)
   return (string.gsub(view, ',"received_at":"[^"]*"', '', 1))
 end
 
-local old_raw = redis.call('GET', KEYS[1])
+local now = redis.call('TIME')
+local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
 local freed = {}
-local restarted = 0
-local old
-if old_raw then
-  -- a stored heartbeat that does not decode is as good as none: this one replaces it
-  local ok, decoded = pcall(cjson.decode, old_raw)
-  if ok and type(decoded) == 'table' and type(decoded.seq) == 'number' and type(decoded.free_gpus) == 'number'
-      and type(decoded.host_free_gb) == 'number' then
-    old = decoded
+local out = {0}
+
+local function store(node_key, node_id, raw, refresh)
+  redis.call('SET', node_key, raw, 'PX', ttl)
+  redis.call('ZADD', KEYS[1], now_ms + tonumber(ttl), node_id)
+  if refresh then
+    redis.call('XADD', KEYS[5], 'MAXLEN', '~', maxlen, '*', 'n', node_id, 't', ttl)
   else
-    old_raw = false
+    redis.call('XADD', KEYS[5], 'MAXLEN', '~', maxlen, '*', 'n', node_id, 'r', raw, 't', ttl)
   end
 end
-if old_raw then
-  if old.boot_id == ARGV[4] then
-    if tonumber(old.seq) >= tonumber(ARGV[3]) then
-      return {'stale', 0, 0}
+
+local function beat(node_key, held_key, node_id, raw, seq, boot_id, class, free_gpus, free_host)
+  local old_raw = redis.call('GET', node_key)
+  if old_raw then
+    -- a refresh: the same view (boot, figures and all) under a later seq frees nothing and restarts nothing
+    local old_seq = string.match(old_raw, '"seq":(%d+),')
+    if old_seq and plan_view(old_raw) == plan_view(raw) then
+      if tonumber(old_seq) >= tonumber(seq) then
+        return 'stale', 0
+      end
+      store(node_key, node_id, raw, true)
+      return 'ok', 0
     end
-    if tonumber(ARGV[8]) > tonumber(old.free_gpus) and ARGV[7] ~= '' then
-      freed[#freed + 1] = ARGV[7]
+  end
+  local restarted = 0
+  local old
+  if old_raw then
+    -- a stored heartbeat that does not decode is as good as none: this one replaces it
+    local ok, decoded = pcall(cjson.decode, old_raw)
+    if ok and type(decoded) == 'table' and type(decoded.seq) == 'number' and type(decoded.free_gpus) == 'number'
+        and type(decoded.host_free_gb) == 'number' then
+      old = decoded
+    else
+      old_raw = false
     end
-    if tonumber(ARGV[9]) > tonumber(old.host_free_gb) then
-      freed[#freed + 1] = 'cpu'
+  end
+  if old_raw then
+    if old.boot_id == boot_id then
+      if tonumber(old.seq) >= tonumber(seq) then
+        return 'stale', 0
+      end
+      if tonumber(free_gpus) > tonumber(old.free_gpus) and class ~= '' then
+        freed[class] = true
+      end
+      if tonumber(free_host) > tonumber(old.host_free_gb) then
+        freed['cpu'] = true
+      end
+      if old.gpu_class ~= class and class ~= '' then
+        freed[class] = true
+      end
+    else
+      restarted = 1
     end
-    if old.gpu_class ~= ARGV[7] and ARGV[7] ~= '' then
-      freed[#freed + 1] = ARGV[7]
-    end
-  else
+  end
+  if not old_raw and redis.call('HLEN', held_key) > 0 then
+    -- back after a lapse: which boot its reservations were made on is for the caller to check
     restarted = 1
   end
-end
-if not old_raw and redis.call('HLEN', KEYS[6]) > 0 then
-  -- back after a lapse: which boot its reservations were made on is for the caller to check
-  restarted = 1
-end
-if not old_raw or restarted == 1 then
-  -- a node joining (or back from a restart) may change any waiting job's best option: wake them all
-  freed[#freed + 1] = '*'
+  if not old_raw or restarted == 1 then
+    -- a node joining (or back from a restart) may change any waiting job's best option: wake them all
+    freed['*'] = true
+  end
+  store(node_key, node_id, raw, old_raw and restarted == 0 and plan_view(old_raw) == plan_view(raw))
+  return 'ok', restarted
 end
 
-local now = redis.call('TIME')
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[5])
-redis.call('ZADD', KEYS[2], now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[5]), ARGV[1])
-if old_raw and restarted == 0 and plan_view(old_raw) == plan_view(ARGV[2]) then
-  redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[10], '*', 'n', ARGV[1], 't', ARGV[5])
-else
-  redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[10], '*', 'n', ARGV[1], 'r', ARGV[2], 't', ARGV[5])
+for i = 0, (#ARGV - 3) / 7 - 1 do
+  local a = 4 + 7 * i
+  local code, restarted = beat(KEYS[6 + 2 * i], KEYS[7 + 2 * i], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
+                               ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+  out[#out + 1] = code
+  out[#out + 1] = restarted
 end
 
-local wake = 0
-if #freed > 0 then
-  redis.call('INCR', KEYS[3])
-  redis.call('SADD', KEYS[5], unpack(freed))
-  if redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[6]) then
-    wake = 1
+local classes = {}
+for class in pairs(freed) do
+  classes[#classes + 1] = class
+end
+if #classes > 0 then
+  redis.call('INCR', KEYS[2])
+  redis.call('SADD', KEYS[4], unpack(classes))
+  if redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[2]) then
+    out[1] = 1
   end
 end
-return {'ok', wake, restarted}
+return out
