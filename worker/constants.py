@@ -88,8 +88,8 @@ MIRROR_BATCH = 20_000
 pages of this size, while the stream still holds them."""
 MIRROR_IDLE_READ_S = 1
 """An idle worker brings its mirror up to date this often (its wait for the next job times out), so that
-the first job after a quiet spell finds it at most a second behind: 20,000 changes at 20,000 heartbeats a
-second, a page."""
+the first job after a quiet spell finds it at most a second behind: at 20,000 heartbeats a second, some
+200 entries of refreshes and the few hundred changes among them."""
 
 REQUEST_GROUP = "workers"
 """The consumer group every worker reads the request stream in: each entry goes to one worker."""

@@ -34,8 +34,8 @@ key (after the prefix)                  type    TTL                   written by
 ``pool:changes``                        stream  MAXLEN                heartbeat.lua, transition.lua,
                                         POOL_CHANGES_MAXLEN   quarantine_job.lua, the sweep: each
                                                               change to the pool (a node's
-                                                              heartbeat with its TTL, or the TTL
-                                                              alone for a refresh; a hold written
+                                                              heartbeat with its TTL, or a call's
+                                                              refreshed ids with the TTL; a hold written
                                                               or cleared; a node dropped), for the
                                                               workers' mirrors
 ``seq``                                 string  none                  submit: arrival counter

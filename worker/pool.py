@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -346,6 +346,17 @@ class Mirror:
         known = self._lapses.get(node_id)
         self._lapses[node_id] = at_ms
         if known is None or at_ms < known:
+            heapq.heappush(self._heap, (at_ms, node_id))
+
+    def refreshed(self, node_ids: Iterable[str], at_ms: int) -> None:
+        """``expires`` for each of ``node_ids`` the mirror holds (a batch of refreshes, lapsing later than
+        each node's last heartbeat did), in bulk: a node it does not hold (its record did not parse) stays
+        out until a heartbeat changes it."""
+        lapses = self._lapses
+        held = lapses.keys() & set(node_ids)
+        later = [n for n in held if lapses[n] > at_ms]  # a shorter TTL than before: due sooner
+        lapses.update(dict.fromkeys(held, at_ms))
+        for node_id in later:
             heapq.heappush(self._heap, (at_ms, node_id))
 
     def expire(self, server_ms: int) -> None:

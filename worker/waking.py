@@ -53,6 +53,9 @@ def wake_pass(store: Store, full: bool = False) -> int:
     wanted = [
         j for j, c in zip(ids, pending_for, strict=True) if full or woken(None if c is None else text(c), classes)
     ]
+    if not wanted:  # freed where no job waits: nothing to read the pool for
+        log.info("wake_pass", classes=sorted(classes), full=full, considered=0, moved=0)
+        return 0
     snap = store.snapshot()
     moved = 0
     heads: set[str] = set()

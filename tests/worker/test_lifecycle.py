@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -492,7 +493,9 @@ def test_heartbeats_in_batches_change_what_one_at_a_time_change(
                 for n in ("g1", "g2", "g3", "c1")
                 if (v := client.redis.get(k.node(n)))
             },
-            "changes": [(f[b"n"], b"r" in f) for _, f in changes],
+            # each node's records in order, and how many refreshes (a call's go on as one entry, at its end)
+            "records": [(f[b"n"], f[b"r"][:40]) for _, f in changes if b"r" in f],
+            "refreshes": Counter(n for _, f in changes if b"ns" in f for n in f[b"ns"].split()),
             "index": sorted(client.redis.zrange(k.nodes, 0, -1)),  # scored by time: in order of the clock
         }
 

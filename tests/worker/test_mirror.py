@@ -185,8 +185,23 @@ def test_a_refresh_goes_onto_the_stream_as_its_lapse_only(redis_url: str, monkey
     client.heartbeat(hb("steady", gpus=2, free=1, seq=1, boot="boot-2"))
     entries: Any = client.redis.xrange(client.keys.pool_changes)
     kinds = [sorted(k.decode() for k in fields) for _, fields in entries]
-    assert kinds == [["n", "r", "t"]] + [["n", "t"]] * 4 + [["n", "r", "t"]] * 2
+    assert kinds == [["n", "r", "t"]] + [["ns", "t"]] * 4 + [["n", "r", "t"]] * 2
     assert view(store.snapshot()) == view(fresh(client.redis)) == [("steady", 1, 256)]
+
+
+def test_a_batch_of_refreshes_moves_the_lapses_of_the_nodes_held_only() -> None:
+    """One entry names a call's refreshed nodes: each held node lapses at the entry's time, one refreshed
+    with a shorter TTL than before lapses sooner, and a node the mirror does not hold stays out."""
+    mirror = Mirror("1-0", 0)
+    for node in ("a", "b"):
+        mirror.pool.put_node(node, parsed(node))
+        mirror.expires(node, 1_000)
+    mirror.refreshed(["a", "stranger"], 5_000)
+    mirror.expire(1_000)
+    assert sorted(mirror.pool.records) == ["a"]
+    mirror.refreshed(["a"], 3_000)  # a shorter TTL: due sooner, not at 5,000
+    mirror.expire(3_000)
+    assert mirror.pool.records == {} and "stranger" not in mirror._lapses
 
 
 def test_a_refreshed_node_still_lapses_when_its_refreshes_stop() -> None:

@@ -13,9 +13,10 @@
 -- that the sweep finds the lapsed nodes from the lowest scores rather than asking the whole index.
 --
 -- A stored heartbeat goes onto pool:changes with its TTL, for the workers' mirrors of the pool: the
--- record itself where it changes what a plan reads, only its TTL where it is a refresh (the same figures,
--- a later seq), so that a worker does not parse every refresh of every node. A refresh is told from the
--- stored text alone, without decoding it: most heartbeats are refreshes.
+-- record itself where it changes what a plan reads. A refresh (the same figures, a later seq) changes
+-- only when the node's heartbeat lapses: the call's refreshes go on as one entry, the nodes' ids
+-- space-separated with the TTL, so that a worker reads and parses one entry for a rack's refreshes. A
+-- refresh is told from the stored text alone, without decoding it: most heartbeats are refreshes.
 --
 -- Returns {wake, then for each node: code, restarted}: wake 1 when the caller queues a wake-up pass;
 -- code "ok" or "stale" (an older heartbeat: nothing changed); restarted 1 when the node came back with a
@@ -34,13 +35,14 @@ end
 local now = redis.call('TIME')
 local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
 local freed = {}
+local refreshed = {}
 local out = {0}
 
 local function store(node_key, node_id, raw, refresh)
   redis.call('SET', node_key, raw, 'PX', ttl)
   redis.call('ZADD', KEYS[1], now_ms + tonumber(ttl), node_id)
   if refresh then
-    redis.call('XADD', KEYS[5], 'MAXLEN', '~', maxlen, '*', 'n', node_id, 't', ttl)
+    refreshed[#refreshed + 1] = node_id
   else
     redis.call('XADD', KEYS[5], 'MAXLEN', '~', maxlen, '*', 'n', node_id, 'r', raw, 't', ttl)
   end
@@ -107,6 +109,10 @@ for i = 0, (#ARGV - 3) / 7 - 1 do
                                ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
   out[#out + 1] = code
   out[#out + 1] = restarted
+end
+
+if #refreshed > 0 then
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', maxlen, '*', 'ns', table.concat(refreshed, ' '), 't', ttl)
 end
 
 local classes = {}
