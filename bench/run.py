@@ -107,43 +107,56 @@ def drain_rate(r: redis.Redis, url: str, prefix: str, jobs: int, workers: int) -
 
 
 def throughput(url: str, sizes: Sizes) -> None:
-    """Serve jobs planned and committed per second, against no-op jobs on the same workers."""
+    """Serve jobs planned and committed per second, against no-op jobs on the same workers: ``rounds``
+    of each, alternated; the medians, their ratio, and the lowest and highest ratio of a round."""
     r = redis.Redis.from_url(url)
     client = Client(redis.Redis.from_url(url), PLAN_PREFIX)
     req = request_from_repository(repository(30), model="bench/llama-70b", context=CONTEXT)
     beats = pool(sizes.pool, busy=False)
     for workers in sizes.workers:
-        r.flushall()
-        noop_queue = queue_class(NOOP_PREFIX)(NOOP_PREFIX, connection=r, serializer=JSONSerializer)
-        noop_queue.enqueue_many(
-            [
-                Queue.prepare_data(
-                    NOOP_FUNC,
-                    args=(NOOP_PREFIX, f"noop-{i}"),
-                    timeout=C.RQ_JOB_TIMEOUT_S,
-                    result_ttl=0,
-                    failure_ttl=C.RQ_FAILURE_TTL_S,
-                )
-                for i in range(sizes.jobs)
-            ]
-        )
-        noop = drain_rate(r, url, NOOP_PREFIX, sizes.jobs, workers)
+        noops: list[float] = []
+        rates: list[float] = []
+        placed = 0
+        for _ in range(sizes.rounds):
+            noops.append(_noop_rate(r, url, sizes.jobs, workers))
+            r.flushall()
+            load_pool(client.store, beats)
+            with Refresher(url, beats):
+                for i in range(sizes.jobs):
+                    client.submit(req, job_id=f"job-{i}")
+                rates.append(drain_rate(r, url, PLAN_PREFIX, sizes.jobs, workers))
+            counts = client.counts()
+            settled = counts["placed"] + counts["waiting"] + counts["failed"]
+            if settled != sizes.jobs:
+                raise RuntimeError(f"throughput run left jobs unsettled: {counts}")
+            placed += counts["placed"]
+        noop = statistics.median(noops)
         emit(f"rq_noop_jobs_per_s_w{workers}", noop, "jobs/s")
-
-        r.flushall()
-        load_pool(client.store, beats)
-        with Refresher(url, beats):
-            for i in range(sizes.jobs):
-                client.submit(req, job_id=f"job-{i}")
-            rate = drain_rate(r, url, PLAN_PREFIX, sizes.jobs, workers)
-        counts = client.counts()
-        settled = counts["placed"] + counts["waiting"] + counts["failed"]
-        if settled != sizes.jobs:
-            raise RuntimeError(f"throughput run left jobs unsettled: {counts}")
-        emit(f"plan_jobs_per_s_w{workers}", rate, "jobs/s", baseline=noop)
-        emit(f"plan_jobs_placed_share_w{workers}", counts["placed"] / sizes.jobs, "fraction")
+        emit(f"plan_jobs_per_s_w{workers}", statistics.median(rates), "jobs/s", baseline=noop)
+        ratios = [rate / base for rate, base in zip(rates, noops, strict=True)]
+        emit(f"plan_ratio_lowest_round_w{workers}", min(ratios), "ratio")
+        emit(f"plan_ratio_highest_round_w{workers}", max(ratios), "ratio")
+        emit(f"plan_jobs_placed_share_w{workers}", placed / (sizes.jobs * sizes.rounds), "fraction")
     client.redis.close()
     r.close()
+
+
+def _noop_rate(r: redis.Redis, url: str, jobs: int, workers: int) -> float:
+    r.flushall()
+    noop_queue = queue_class(NOOP_PREFIX)(NOOP_PREFIX, connection=r, serializer=JSONSerializer)
+    noop_queue.enqueue_many(
+        [
+            Queue.prepare_data(
+                NOOP_FUNC,
+                args=(NOOP_PREFIX, f"noop-{i}"),
+                timeout=C.RQ_JOB_TIMEOUT_S,
+                result_ttl=0,
+                failure_ttl=C.RQ_FAILURE_TTL_S,
+            )
+            for i in range(jobs)
+        ]
+    )
+    return drain_rate(r, url, NOOP_PREFIX, jobs, workers)
 
 
 def wake_latency(url: str, sizes: Sizes) -> None:

@@ -17,6 +17,8 @@ FIGURES = (
     "rq_noop_jobs_per_s_w1",
     "plan_jobs_per_s_w1",
     "plan_jobs_placed_share_w1",
+    "plan_ratio_lowest_round_w1",
+    "plan_ratio_highest_round_w1",
     "wake_latency_p50",
     "wake_latency_p99",
     "plan_ms_n100_a1",
