@@ -34,15 +34,22 @@ def bucket_field(name: str, le: float) -> str:
     return f"{name}:bucket:{le:g}"
 
 
+_FIELDS = {
+    name: (tuple(zip(bounds, (bucket_field(name, le) for le in bounds), strict=True)), f"{name}:count", f"{name}:sum")
+    for name, bounds in HISTOGRAMS.items()
+}
+"""Each histogram's bounds with their fields, and its count and sum fields: named once, not per job."""
+
+
 def observe(name: str, seconds: float) -> None:
     """Count one observation of ``name`` (one of ``HISTOGRAMS``)."""
+    buckets, count_field, sum_field = _FIELDS[name]
     with _lock:
-        for le in HISTOGRAMS[name]:
+        for le, field in buckets:
             if seconds <= le:
-                field = bucket_field(name, le)
                 _pending[field] = _pending.get(field, 0) + 1
-        _pending[f"{name}:count"] = _pending.get(f"{name}:count", 0) + 1
-        _pending[f"{name}:sum"] = _pending.get(f"{name}:sum", 0.0) + seconds
+        _pending[count_field] = _pending.get(count_field, 0) + 1
+        _pending[sum_field] = _pending.get(sum_field, 0.0) + seconds
 
 
 def count(name: str, n: int = 1) -> None:

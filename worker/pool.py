@@ -294,6 +294,8 @@ class Snapshot:
         """A hold written (or, with None, cleared) on a node."""
         holds = self.held.setdefault(node_id, {})
         old = holds.get(hold_id)
+        if held is not None and old == held:
+            return  # as counted already: a worker's own commit, read back from the stream
         if held is None:
             holds.pop(hold_id, None)
         else:
