@@ -6,22 +6,21 @@ workers can never both move one job, and a placement is written only if every no
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any
 
 import redis
 
+from worker import calls as calls_
 from worker import constants as C
 from worker import logs, poolread, quarantine
 from worker.errors import BadRecord
 from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold, planning_job_id
 from worker.pool import UNREADABLE, Held, HoldSpec, Mirror, Snapshot, parse_cache
 from worker.queueing import planning_queue
-from worker.records import Heartbeat, JobRecord, JobState, NodeRecord, json_of, read_record, utcnow
+from worker.records import Heartbeat, JobRecord, JobState, NodeRecord, read_record, utcnow
 from worker.scripts import script, text
 
 log = logs.get_logger("modelplan.worker")
@@ -75,7 +74,7 @@ class Store:
             return []
         beat = script(self.redis, "heartbeat")
         step = C.HEARTBEAT_BATCH
-        calls = [self.heartbeat_call(beats[i : i + step]) for i in range(0, len(beats), step)]
+        calls = [calls_.heartbeat_call(self.keys, beats[i : i + step]) for i in range(0, len(beats), step)]
         if len(calls) == 1:
             replies = [beat(keys=calls[0][0], args=calls[0][1])]
         else:
@@ -89,17 +88,6 @@ class Store:
             wake = int(reply[0]) == 1
             out += [(text(reply[j]) == "ok", wake, int(reply[j + 1]) == 1) for j in range(1, len(reply), 2)]
         return out
-
-    def heartbeat_call(self, beats: Sequence[tuple[Heartbeat, str]]) -> tuple[list[str], list[Any]]:
-        """The keys and arguments of one ``heartbeat.lua`` call storing ``beats`` (each with its stored
-        record's JSON)."""
-        k = self.keys
-        keys = [k.nodes, k.epoch, k.wake, k.wake_classes, k.pool_changes]
-        args: list[Any] = [C.NODE_TTL_MS, C.WAKE_FLAG_TTL_MS, C.POOL_CHANGES_MAXLEN]
-        for hb, raw in beats:
-            keys += [k.node(hb.node_id), k.held(hb.node_id)]
-            args += [hb.node_id, raw, hb.seq, hb.boot_id, hb.gpu_class, hb.free_gpus, hb.host_free_gb]
-        return keys, args
 
     def node_ids(self) -> list[str]:
         """The ids in the pool's index; a member that is not a node id is reported and skipped."""
@@ -292,12 +280,7 @@ class Store:
         (planning, settled, or written otherwise), left as it was for the caller to decide on. None: no
         record. ``BadRecord`` when it does not parse."""
         k = self.keys
-        now = utcnow()
-        until = now + timedelta(milliseconds=C.LEASE_MS)
-        keys = [k.job(job_id), k.job_events(job_id), k.events]
-        keys += [k.jobs(JobState.QUEUED), k.jobs(JobState.PLANNING), k.pending, k.pending_for]
-        args: list[Any] = [job_id, json_of(now), json.dumps(worker), json_of(until), until.timestamp() * 1000]
-        args += [C.EVENTS_MAXLEN, C.JOB_EVENTS_MAXLEN, f"planning on {worker}"]
+        keys, args = calls_.claim_call(k, job_id, worker, utcnow())
         claim = script(self.redis, "claim")
         with self.redis.pipeline(transaction=False) as pipe:
             # EVALSHA itself: a script registered on a pipeline costs a SCRIPT EXISTS round trip each time
@@ -359,45 +342,17 @@ class Store:
         class)`` holds to drop (waking jobs pending on that class). ``pending`` is ``(classes, score)`` for a
         job with a replica not on its best option; ``epoch`` the pool epoch its plan saw.
         """
-        k = self.keys
-        keys = [
-            k.job(new.job_id),
-            k.job_events(new.job_id),
-            k.events,
-            k.jobs(old.state),
-            k.jobs(new.state),
-            k.pending,
-            k.pending_for,
-            k.epoch,
-            k.wake,
-            k.wake_classes,
-            k.held_nodes,
-            k.pool_changes,
-        ]
-        args: list[Any] = [
-            new.job_id,
-            old.version,
-            new.to_json(),
-            new.state.value,
-            score if score is not None else now_ms(),
-            pending[0] if pending else "",
-            pending[1] if pending else 0,
-            epoch if epoch is not None and pending else "",
-            C.FINISHED_TTL_S if new.state.final else 0,
-            C.WAKE_FLAG_TTL_MS,
-            C.EVENTS_MAXLEN,
-            C.JOB_EVENTS_MAXLEN,
-            reason,
-            len(place),
-            len(clear),
-            C.POOL_CHANGES_MAXLEN,
-        ]
-        for h in place:
-            keys += [k.node(h.node_id), k.held(h.node_id)]
-            args += [h.node_id, h.hold_id, h.gpus, repr(float(h.host_gb)), int(h.nominated)]
-        for node_id, hid, cls in clear:
-            keys.append(k.held(node_id))
-            args += [node_id, hid, cls]
+        keys, args = calls_.transition_call(
+            self.keys,
+            old,
+            new,
+            reason=reason,
+            score=score if score is not None else now_ms(),
+            pending=pending,
+            epoch=epoch,
+            place=place,
+            clear=clear,
+        )
         code, detail, wake = script(self.redis, "transition")(keys=keys, args=args)
         return Outcome(text(code), text(detail), int(wake) == 1)
 
@@ -410,49 +365,30 @@ class Store:
 
     # --- the queue ----------------------------------------------------------------------------------------
 
-    def enqueue_plan(self, job_id: str, pipeline: Any = None) -> None:
-        """Queue a planning job for ``job_id`` (in ``pipeline``'s transaction if one is given)."""
+    def _enqueue(self, func: str, *args: Any, **options: Any) -> None:
         self.queue.enqueue_call(
-            "worker.jobs.plan_job",
-            args=(self.keys.prefix, job_id),
-            job_id=planning_job_id(job_id),
+            f"worker.jobs.{func}",
+            args=(self.keys.prefix, *args),
             timeout=C.RQ_JOB_TIMEOUT_S,
             result_ttl=0,
             failure_ttl=C.RQ_FAILURE_TTL_S,
-            pipeline=pipeline,
+            **options,
         )
+
+    def enqueue_plan(self, job_id: str, pipeline: Any = None) -> None:
+        """Queue a planning job for ``job_id`` (in ``pipeline``'s transaction if one is given)."""
+        self._enqueue("plan_job", job_id, job_id=planning_job_id(job_id), pipeline=pipeline)
 
     def enqueue_pass(self, full: bool = False) -> None:
         """Queue a wake-up pass over the waiting jobs (``full``: all of them, not only the woken classes)."""
-        self.queue.enqueue_call(
-            "worker.jobs.wake_pass",
-            args=(self.keys.prefix, full),
-            timeout=C.RQ_JOB_TIMEOUT_S,
-            result_ttl=0,
-            failure_ttl=C.RQ_FAILURE_TTL_S,
-            at_front=True,
-        )
+        self._enqueue("wake_pass", full, at_front=True)
 
     def hand_off_silent(self, node_id: str, until_ms: int) -> None:
         """Queue a ``node_silent`` task for a silent node that held jobs, at the front, and move the node's
         score in ``nodes`` on to ``until_ms`` (unless a heartbeat moved it further), so that the sweeps
         meanwhile leave it to that task."""
         self.redis.zadd(self.keys.nodes, {node_id: until_ms}, xx=True, gt=True)
-        self.queue.enqueue_call(
-            "worker.jobs.node_silent",
-            args=(self.keys.prefix, node_id),
-            timeout=C.RQ_JOB_TIMEOUT_S,
-            result_ttl=0,
-            failure_ttl=C.RQ_FAILURE_TTL_S,
-            at_front=True,
-        )
+        self._enqueue("node_silent", node_id, at_front=True)
 
     def enqueue_restart(self, node_id: str, boot_id: str) -> None:
-        self.queue.enqueue_call(
-            "worker.jobs.node_restarted",
-            args=(self.keys.prefix, node_id, boot_id),
-            timeout=C.RQ_JOB_TIMEOUT_S,
-            result_ttl=0,
-            failure_ttl=C.RQ_FAILURE_TTL_S,
-            at_front=True,
-        )
+        self._enqueue("node_restarted", node_id, boot_id, at_front=True)

@@ -29,6 +29,7 @@ from tests.worker.helpers import hb, request
 from tests.worker.processes import WorkerProcess
 from worker import constants as C
 from worker import poolread
+from worker.calls import heartbeat_call
 from worker.errors import Contended, JobNotFound, RedisUnavailable, WrongState
 from worker.records import JobState, NodeRecord, ServeRequest, parse_heartbeat, utcnow
 from worker.scripts import script, text
@@ -216,7 +217,7 @@ class Run:
         record = NodeRecord.model_validate(
             {**dict(parse_heartbeat(self.pool.heartbeat(node_id))), "received_at": utcnow()}
         )
-        keys, args = self.client.store.heartbeat_call([(record, record.model_dump_json())])
+        keys, args = heartbeat_call(self.client.store.keys, [(record, record.model_dump_json())])
         with self.client.redis.pipeline(transaction=True) as pipe:
             script(self.client.redis, "heartbeat")(keys=keys, args=args, client=pipe)
             fault(pipe)

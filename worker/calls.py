@@ -1,0 +1,94 @@
+"""What each Lua script is given: the keys and arguments of one call, in the order its header lists them.
+
+Pure: nothing here talks to Redis. ``worker.store`` makes the calls and reads their replies; the scripts
+themselves are in ``worker/lua``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from worker import constants as C
+from worker.keys import Keys
+from worker.pool import HoldSpec
+from worker.records import Heartbeat, JobRecord, JobState, json_of
+
+Call = tuple[list[str], list[Any]]
+"""A script call's keys and arguments."""
+
+
+def heartbeat_call(k: Keys, beats: Sequence[tuple[Heartbeat, str]]) -> Call:
+    """``heartbeat.lua`` storing ``beats`` (each with its stored record's JSON)."""
+    keys = [k.nodes, k.epoch, k.wake, k.wake_classes, k.pool_changes]
+    args: list[Any] = [C.NODE_TTL_MS, C.WAKE_FLAG_TTL_MS, C.POOL_CHANGES_MAXLEN]
+    for hb, raw in beats:
+        keys += [k.node(hb.node_id), k.held(hb.node_id)]
+        args += [hb.node_id, raw, hb.seq, hb.boot_id, hb.gpu_class, hb.free_gpus, hb.host_free_gb]
+    return keys, args
+
+
+def claim_call(k: Keys, job_id: str, worker: str, now: datetime) -> Call:
+    """``claim.lua`` taking ``job_id`` into planning for ``worker`` at ``now``, under a lease."""
+    until = now + timedelta(milliseconds=C.LEASE_MS)
+    keys = [k.job(job_id), k.job_events(job_id), k.events]
+    keys += [k.jobs(JobState.QUEUED), k.jobs(JobState.PLANNING), k.pending, k.pending_for]
+    args: list[Any] = [job_id, json_of(now), json.dumps(worker), json_of(until), until.timestamp() * 1000]
+    args += [C.EVENTS_MAXLEN, C.JOB_EVENTS_MAXLEN, f"planning on {worker}"]
+    return keys, args
+
+
+def transition_call(
+    k: Keys,
+    old: JobRecord,
+    new: JobRecord,
+    *,
+    reason: str,
+    score: float,
+    pending: tuple[str, float] | None,
+    epoch: str | None,
+    place: Sequence[HoldSpec],
+    clear: Sequence[tuple[str, str, str]],
+) -> Call:
+    """``transition.lua`` moving ``old`` to ``new`` (``Store.transition`` says what each part means)."""
+    keys = [
+        k.job(new.job_id),
+        k.job_events(new.job_id),
+        k.events,
+        k.jobs(old.state),
+        k.jobs(new.state),
+        k.pending,
+        k.pending_for,
+        k.epoch,
+        k.wake,
+        k.wake_classes,
+        k.held_nodes,
+        k.pool_changes,
+    ]
+    args: list[Any] = [
+        new.job_id,
+        old.version,
+        new.to_json(),
+        new.state.value,
+        score,
+        pending[0] if pending else "",
+        pending[1] if pending else 0,
+        epoch if epoch is not None and pending else "",
+        C.FINISHED_TTL_S if new.state.final else 0,
+        C.WAKE_FLAG_TTL_MS,
+        C.EVENTS_MAXLEN,
+        C.JOB_EVENTS_MAXLEN,
+        reason,
+        len(place),
+        len(clear),
+        C.POOL_CHANGES_MAXLEN,
+    ]
+    for h in place:
+        keys += [k.node(h.node_id), k.held(h.node_id)]
+        args += [h.node_id, h.hold_id, h.gpus, repr(float(h.host_gb)), int(h.nominated)]
+    for node_id, hid, cls in clear:
+        keys.append(k.held(node_id))
+        args += [node_id, hid, cls]
+    return keys, args
