@@ -189,6 +189,40 @@ def test_a_refresh_goes_onto_the_stream_as_its_lapse_only(redis_url: str, monkey
     assert view(store.snapshot()) == view(fresh(client.redis)) == [("steady", 1, 256)]
 
 
+def _compact(record: dict[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":"))
+
+
+def _received_first(raw: str) -> str:
+    record = json.loads(raw)
+    return _compact({"received_at": record.pop("received_at"), **record})
+
+
+LAID_OUT_OTHERWISE = {
+    "a field after received_at": lambda raw: _compact({**json.loads(raw), "extra": 1}),
+    "received_at before the seq": _received_first,
+    "a space before the seq's comma": lambda raw: raw.replace('"seq":1,', '"seq":1 ,', 1),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAID_OUT_OTHERWISE))
+def test_a_stored_record_laid_out_otherwise_never_reads_as_a_refresh(redis_url: str, layout: str) -> None:
+    """``heartbeat.lua`` tells a refresh from the stored text, cut at its seq and received_at: what it does
+    not cut at stays in the comparison, so a record laid out otherwise goes on whole, not as a refresh."""
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("odd", gpus=2, seq=1))
+    key = client.keys.node("odd")
+    raw = client.redis.get(key)
+    assert raw is not None
+    laid_out = LAID_OUT_OTHERWISE[layout](raw.decode())
+    assert laid_out != raw.decode() and json.loads(laid_out).items() >= json.loads(raw).items()
+    client.redis.set(key, laid_out, px=60_000)
+    client.redis.delete(client.keys.pool_changes)
+    client.heartbeat(hb("odd", gpus=2, seq=2))
+    entries: Any = client.redis.xrange(client.keys.pool_changes)
+    assert [sorted(k.decode() for k in fields) for _, fields in entries] == [["n", "r", "t"]]
+
+
 def test_a_batch_of_refreshes_moves_the_lapses_of_the_nodes_held_only() -> None:
     """One entry names a call's refreshed nodes: each held node lapses at the entry's time, one refreshed
     with a shorter TTL than before lapses sooner, and a node the mirror does not hold stays out."""
