@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -198,7 +199,7 @@ def _received_first(raw: str) -> str:
     return _compact({"received_at": record.pop("received_at"), **record})
 
 
-LAID_OUT_OTHERWISE = {
+LAID_OUT_OTHERWISE: dict[str, Callable[[str], str]] = {
     "a field after received_at": lambda raw: _compact({**json.loads(raw), "extra": 1}),
     "received_at before the seq": _received_first,
     "a space before the seq's comma": lambda raw: raw.replace('"seq":1,', '"seq":1 ,', 1),
@@ -213,7 +214,7 @@ def test_a_stored_record_laid_out_otherwise_never_reads_as_a_refresh(redis_url: 
     client.heartbeat(hb("odd", gpus=2, seq=1))
     key = client.keys.node("odd")
     raw = client.redis.get(key)
-    assert raw is not None
+    assert isinstance(raw, bytes)
     laid_out = LAID_OUT_OTHERWISE[layout](raw.decode())
     assert laid_out != raw.decode() and json.loads(laid_out).items() >= json.loads(raw).items()
     client.redis.set(key, laid_out, px=60_000)
