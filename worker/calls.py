@@ -22,7 +22,7 @@ Call = tuple[list[str], list[Any]]
 
 def heartbeat_call(k: Keys, beats: Sequence[tuple[Heartbeat, str]]) -> Call:
     """``heartbeat.lua`` storing ``beats`` (each with its stored record's JSON)."""
-    keys = [k.nodes, k.epoch, k.wake, k.wake_classes, k.pool_changes]
+    keys = [k.nodes, k.epoch, k.wake, k.wake_classes, k.pool_changes, k.pending_classes]
     args: list[Any] = [C.NODE_TTL_MS, C.WAKE_FLAG_TTL_MS, C.POOL_CHANGES_MAXLEN]
     for hb, raw in beats:
         keys += [k.node(hb.node_id), k.held(hb.node_id)]
@@ -34,7 +34,7 @@ def claim_call(k: Keys, job_id: str, worker: str, now: datetime) -> Call:
     """``claim.lua`` taking ``job_id`` into planning for ``worker`` at ``now``, under a lease."""
     until = now + timedelta(milliseconds=C.LEASE_MS)
     keys = [k.job(job_id), k.job_events(job_id), k.events]
-    keys += [k.jobs(JobState.QUEUED), k.jobs(JobState.PLANNING), k.pending, k.pending_for]
+    keys += [k.jobs(JobState.QUEUED), k.jobs(JobState.PLANNING), k.pending, k.pending_for, k.pending_classes]
     args: list[Any] = [job_id, json_of(now), json.dumps(worker), json_of(until), until.timestamp() * 1000]
     args += [C.EVENTS_MAXLEN, C.JOB_EVENTS_MAXLEN, f"planning on {worker}"]
     return keys, args
@@ -66,6 +66,7 @@ def transition_call(
         k.wake_classes,
         k.held_nodes,
         k.pool_changes,
+        k.pending_classes,
     ]
     args: list[Any] = [
         new.job_id,

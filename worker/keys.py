@@ -31,6 +31,9 @@ key (after the prefix)                  type    TTL                   written by
 ``pending:for``                         hash    none                  transition.lua: pending job id ->
                                                                       the classes (comma-joined) whose
                                                                       freed capacity wakes it
+``pending:classes``                     hash    none                  transition.lua, claim.lua: class ->
+                                                                      how many pending jobs it wakes (a
+                                                                      class none waits on has no field)
 ``pool:changes``                        stream  MAXLEN                heartbeat.lua, transition.lua,
                                         POOL_CHANGES_MAXLEN   quarantine_job.lua, the sweep: each
                                                               change to the pool (a node's
@@ -207,6 +210,10 @@ class Keys:
     @property
     def pending_for(self) -> str:
         return f"{self._p}pending:for"
+
+    @property
+    def pending_classes(self) -> str:
+        return f"{self._p}pending:classes"
 
     @property
     def pool_changes(self) -> str:

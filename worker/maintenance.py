@@ -66,6 +66,9 @@ def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
         r.zremrangebyscore(k.jobs(state), "-inf", now - C.FINISHED_TTL_S * 1000)
 
     due = force or r.set(k.lock("waiting-sweep"), "1", nx=True, px=int(C.WAITING_SWEEP_INTERVAL_S * 1000))
+    if due:
+        # what heartbeats read to wake anyone: right again whatever went wrong with it since
+        store.recount_pending()
     if due and r.zcard(k.jobs(JobState.WAITING)):
         store.enqueue_pass(full=True)
         done["waiting_sweep"] = 1

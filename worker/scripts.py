@@ -10,13 +10,24 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-NAMES = ("transition", "claim", "heartbeat", "take_wake", "quarantine_job")
+NAMES = ("transition", "claim", "heartbeat", "take_wake", "quarantine_job", "recount_pending")
+
+PRELUDES: dict[str, tuple[str, ...]] = {
+    name: ("pending_counts",) for name in ("transition", "claim", "quarantine_job", "recount_pending")
+}
+"""The files put before a script's own text: functions it shares with others (Redis runs each script
+alone, so a shared function travels in each)."""
 
 _registered: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
 
 
 @cache
 def source(name: str) -> str:
+    """A script's text as Redis runs it: its preludes, then its own file."""
+    return "".join(_file(part) + "\n" for part in PRELUDES.get(name, ())) + _file(name)
+
+
+def _file(name: str) -> str:
     return resources.files("worker").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
 

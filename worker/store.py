@@ -221,6 +221,7 @@ class Store:
         keys = [k.job(job_id), k.job_events(job_id), k.events, k.jobs(JobState.FAILED)]
         keys += [k.jobs(s) for s in states]
         keys += [k.pending, k.pending_for, k.epoch, k.wake, k.wake_classes, k.held_nodes, k.quarantine, k.pool_changes]
+        keys.append(k.pending_classes)
         keys += [k.held(n) for n, _ in holds]
         reason = f"its record does not parse ({bad.what}); marked failed, the record kept as it was"
         args: list[Any] = [
@@ -359,6 +360,11 @@ class Store:
     def take_wake(self) -> set[str]:
         k = self.keys
         return {text(c) for c in script(self.redis, "take_wake")(keys=[k.wake, k.wake_classes], args=[])}
+
+    def recount_pending(self) -> int:
+        """Count ``pending:classes`` anew from ``pending:for``, in one step; the number of pending jobs."""
+        k = self.keys
+        return int(script(self.redis, "recount_pending")(keys=[k.pending_for, k.pending_classes], args=[]))
 
     def next_seq(self) -> int:
         return int(self.redis.incr(self.keys.seq))

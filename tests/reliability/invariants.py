@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,8 @@ class Checker:
                 pipe.get(k.node(n))
                 pipe.hgetall(k.held(n))
             pipe.zrange(k.nodes, 0, -1)
+            pipe.hgetall(k.pending_for)
+            pipe.hgetall(k.pending_classes)
             if job_ids:
                 pipe.mget([k.job(j) for j in job_ids])
             replies = pipe.execute()
@@ -70,8 +73,15 @@ class Checker:
         states = replies[: len(JobState)]
         node_replies = replies[len(JobState) : len(JobState) + 2 * len(nodes)]
         indexed = {text(n) for n in replies[len(JobState) + 2 * len(nodes)]}
+        pending_for, pending_classes = replies[len(JobState) + 2 * len(nodes) + 1 : len(JobState) + 2 * len(nodes) + 3]
         raws = replies[-1] if job_ids else []
         found: list[str] = []
+
+        # what heartbeats read to wake anyone: each class counts the pending jobs it wakes
+        counted = Counter(c for classes in pending_for.values() for c in text(classes).split(",") if c)
+        kept = {text(c): int(n) for c, n in pending_classes.items()}
+        if kept != dict(counted):
+            found.append(f"pending:classes is {kept} but pending:for counts {dict(counted)}")
 
         where: dict[str, list[str]] = {}
         for s, ids in zip(JobState, states, strict=True):

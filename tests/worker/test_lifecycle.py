@@ -217,10 +217,54 @@ def test_an_older_heartbeat_changes_nothing(client: Client) -> None:
 def test_a_burst_of_freeing_heartbeats_makes_one_pass(client: Client) -> None:
     for i in range(30):
         client.heartbeat(hb(f"gpu-{i}", gpus=1, free=0, seq=1))
+    client.submit(request())
     drain(client)
     for i in range(30):
         client.heartbeat(hb(f"gpu-{i}", gpus=1, free=1, seq=2))
     assert queued_functions(client) == ["worker.jobs.wake_pass"]
+
+
+def test_cards_freed_where_no_job_waits_queue_no_pass(client: Client) -> None:
+    """Freed capacity bumps the epoch (a plan made before it must not commit a wait), but queues a wake-up
+    pass only for a class some pending job waits on: a busy pool whose cards come and go costs no pass."""
+    client.heartbeat(hb("h100", gpus=1, free=0, seq=1))
+    client.heartbeat(hb("cpu", gpu_class="", host_free=10, seq=1))
+    drain(client)
+    epoch = int(client.redis.get(client.keys.epoch) or 0)
+    client.heartbeat(hb("h100", gpus=1, free=1, seq=2))
+    assert queued_functions(client) == []
+    assert int(client.redis.get(client.keys.epoch) or 0) == epoch + 1
+    client.heartbeat(hb("h100", gpus=1, free=0, seq=3))
+    job = client.submit(request())
+    drain(client)
+    assert client.get(job).state is JobState.WAITING
+    assert client.redis.hget(client.keys.pending_for, job) == b"h100-80g"
+    assert client.redis.hgetall(client.keys.pending_classes) == {b"h100-80g": b"1"}
+    client.heartbeat(hb("cpu", gpu_class="", host_free=200, seq=2))
+    assert queued_functions(client) == []  # RAM freed on a CPU node: nobody waits on it
+    client.heartbeat(hb("h100", gpus=1, free=1, seq=4))
+    assert queued_functions(client) == ["worker.jobs.wake_pass"]
+    drain(client)
+    assert client.get(job).state is JobState.PLACED
+    assert client.redis.hgetall(client.keys.pending_classes) == {}
+
+
+def test_the_sweep_counts_the_pending_classes_anew(client: Client) -> None:
+    """A count that went wrong (or that an older modelplan never kept) holds back no wake-up for longer
+    than the sweep's interval: the waiting sweep counts ``pending:classes`` anew from ``pending:for``."""
+    client.heartbeat(hb("h100", gpus=1, free=0, seq=1))
+    job = client.submit(request())
+    drain(client)
+    assert client.get(job).state is JobState.WAITING
+    client.redis.delete(client.keys.pending_classes)
+    client.redis.hset(client.keys.pending_classes, "l40s-48g", 3)
+    client.heartbeat(hb("h100", gpus=1, free=1, seq=2))
+    assert queued_functions(client) == []  # the count is wrong: nobody seems to wait
+    maintenance.sweep(client.store, force=True)
+    assert client.redis.hgetall(client.keys.pending_classes) == {b"h100-80g": b"1"}
+    drain(client)  # the sweep's full pass
+    assert client.get(job).state is JobState.PLACED
+    assert client.redis.hgetall(client.keys.pending_classes) == {}
 
 
 def test_cards_freed_while_a_job_is_planned_into_waiting_still_wake_it(client: Client) -> None:

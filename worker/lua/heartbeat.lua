@@ -3,6 +3,7 @@
 -- own last heartbeat alone, in order, exactly as one call each would.
 --
 -- KEYS[1] nodes   KEYS[2] epoch   KEYS[3] wake   KEYS[4] wake:classes   KEYS[5] pool:changes
+-- KEYS[6] pending:classes
 -- then for each node: node:{id}, held:{id}
 --
 -- ARGV[1] node TTL, ms   ARGV[2] wake flag TTL, ms   ARGV[3] pool:changes MAXLEN
@@ -17,6 +18,10 @@
 -- only when the node's heartbeat lapses: the call's refreshes go on as one entry, the nodes' ids
 -- space-separated with the TTL, so that a worker reads and parses one entry for a rack's refreshes. A
 -- refresh is told from the stored text alone, without decoding it: most heartbeats are refreshes.
+--
+-- Capacity freed bumps the epoch (a plan made before it must not commit a wait); it queues a wake-up
+-- pass only for a class that some pending job waits on (pending:classes), or for a node that joined or
+-- came back, which may change any job's best option.
 --
 -- Returns {wake, then for each node: code, restarted}: wake 1 when the caller queues a wake-up pass;
 -- code "ok" or "stale" (an older heartbeat: nothing changed); restarted 1 when the node came back with a
@@ -125,7 +130,7 @@ end
 
 for i = 0, (#ARGV - 3) / 7 - 1 do
   local a = 4 + 7 * i
-  local code, restarted = beat(KEYS[6 + 2 * i], KEYS[7 + 2 * i], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
+  local code, restarted = beat(KEYS[7 + 2 * i], KEYS[8 + 2 * i], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
                                ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
   out[#out + 1] = code
   out[#out + 1] = restarted
@@ -135,15 +140,21 @@ if #refreshed > 0 then
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', maxlen, '*', 'ns', table.concat(refreshed, ' '), 't', ttl)
 end
 
-local classes = {}
-for class in pairs(freed) do
-  classes[#classes + 1] = class
-end
-if #classes > 0 then
+if next(freed) then
   redis.call('INCR', KEYS[2])
-  redis.call('SADD', KEYS[4], unpack(classes))
-  if redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[2]) then
-    out[1] = 1
+  local classes = {}
+  -- each class on its own, so that a batch wakes for what its heartbeats one at a time would
+  local anyone = redis.call('HEXISTS', KEYS[6], 'any') == 1
+  for class in pairs(freed) do
+    if class == '*' or anyone or redis.call('HEXISTS', KEYS[6], class) == 1 then
+      classes[#classes + 1] = class
+    end
+  end
+  if #classes > 0 then
+    redis.call('SADD', KEYS[4], unpack(classes))
+    if redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[2]) then
+      out[1] = 1
+    end
   end
 end
 return out

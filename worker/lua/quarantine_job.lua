@@ -6,8 +6,8 @@
 -- KEYS[1]  job:{id}           KEYS[4]   jobs:failed          KEYS[11] pending      KEYS[14] wake
 -- KEYS[2]  job:{id}:events    KEYS[5..10] the other six       KEYS[12] pending:for  KEYS[15] wake:classes
 -- KEYS[3]  events                        jobs:{state}         KEYS[13] epoch        KEYS[16] held:nodes
--- KEYS[17] quarantine         KEYS[18] pool:changes
--- KEYS[19..] held:{node} for each hold to drop
+-- KEYS[17] quarantine         KEYS[18] pool:changes        KEYS[19] pending:classes
+-- KEYS[20..] held:{node} for each hold to drop
 --
 -- ARGV[1] job id               ARGV[5] seconds to keep the record   ARGV[9]  wake flag TTL, ms
 -- ARGV[2] the record as read   ARGV[6] events MAXLEN                ARGV[10] holds to drop (n)
@@ -25,16 +25,16 @@ for i = 5, 10 do
 end
 redis.call('ZADD', KEYS[4], ARGV[4], job_id)
 redis.call('ZREM', KEYS[11], job_id)
-redis.call('HDEL', KEYS[12], job_id)
+set_pending(KEYS[12], KEYS[19], job_id, '')
 redis.call('HSET', KEYS[17], KEYS[1], ARGV[8])
 local wake = 0
 local freed = false
 for j = 1, tonumber(ARGV[10]) do
   local node_id, hold_id = ARGV[10 + 2 * j], ARGV[11 + 2 * j]
-  if redis.call('HDEL', KEYS[18 + j], hold_id) == 1 then
+  if redis.call('HDEL', KEYS[19 + j], hold_id) == 1 then
     freed = true
     redis.call('XADD', KEYS[18], 'MAXLEN', '~', ARGV[11], '*', 'n', node_id, 'h', hold_id, 'v', '')
-    if redis.call('HLEN', KEYS[18 + j]) == 0 then
+    if redis.call('HLEN', KEYS[19 + j]) == 0 then
       redis.call('SREM', KEYS[16], node_id)
     end
   end

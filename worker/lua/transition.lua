@@ -4,15 +4,16 @@
 -- only if the record is still at that version, and with it everything the move implies: the job leaves
 -- one state index and joins another; holds (reservations, or a nomination) are cleared and written, each
 -- written one checked for room first; cleared holds wake the jobs pending on their class; a job left
--- pending (a replica not on its best option) is indexed by the class it waits for, and woken at once if
+-- pending (a replica not on its best option) is indexed by the class it waits for (and counted there in
+-- pending:classes), and woken at once if
 -- capacity freed since its plan was made; the change goes onto both streams.
 --
 -- KEYS[1]  job:{id}           KEYS[5]  jobs:{new state}   KEYS[9]   wake
 -- KEYS[2]  job:{id}:events    KEYS[6]  pending            KEYS[10]  wake:classes
 -- KEYS[3]  events             KEYS[7]  pending:for        KEYS[11]  held:nodes
 -- KEYS[4]  jobs:{old state}   KEYS[8]  epoch
--- KEYS[12] pool:changes
--- KEYS[13..] for each hold to write: node:{id}, held:{id}; then for each hold to clear: held:{id}
+-- KEYS[12] pool:changes       KEYS[13] pending:classes
+-- KEYS[14..] for each hold to write: node:{id}, held:{id}; then for each hold to clear: held:{id}
 --
 -- ARGV[1]  job id                      ARGV[9]   seconds to keep a final record (0: keep)
 -- ARGV[2]  version it is made from     ARGV[10]  wake flag TTL, ms
@@ -34,7 +35,7 @@
 local job_id = ARGV[1]
 local n_place, n_clear = tonumber(ARGV[14]), tonumber(ARGV[15])
 local place_at, clear_at = 17, 17 + 5 * n_place
-local clear_key_at = 12 + 2 * n_place
+local clear_key_at = 13 + 2 * n_place
 
 -- A record's version, read from the head that modelplan's records start with (their first four fields,
 -- in this order; ids and states carry no quote): decoding a whole record with its request and
@@ -78,7 +79,7 @@ for i = 1, n_place do
   local at = place_at + 5 * (i - 1)
   local node_id, hold_id = ARGV[at], ARGV[at + 1]
   local gpus, host_gb = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
-  local node_raw = redis.call('GET', KEYS[11 + 2 * i])
+  local node_raw = redis.call('GET', KEYS[12 + 2 * i])
   if not node_raw then
     return {'silent', node_id, 0}
   end
@@ -95,7 +96,7 @@ for i = 1, n_place do
   local skip = clearing[node_id] or {}
   local add = adding[node_id] or {gpus = 0, host = 0}
   local all_gpus, unseen_gpus, unseen_host = add.gpus, add.gpus, add.host
-  local held = redis.call('HGETALL', KEYS[12 + 2 * i])
+  local held = redis.call('HGETALL', KEYS[13 + 2 * i])
   for h = 1, #held, 2 do
     if held[h] ~= hold_id and not skip[held[h]] then
       -- a hold that does not decode keeps its cards taken; which cards is unknown, so all are
@@ -157,21 +158,20 @@ for i = 1, n_place do
   local at = place_at + 5 * (i - 1)
   local value = cjson.encode({gpus = tonumber(ARGV[at + 2]), host_gb = tonumber(ARGV[at + 3]),
                               boot_id = boots[i], nominated = ARGV[at + 4] == '1'})
-  redis.call('HSET', KEYS[12 + 2 * i], ARGV[at + 1], value)
+  redis.call('HSET', KEYS[13 + 2 * i], ARGV[at + 1], value)
   redis.call('SADD', KEYS[11], ARGV[at])
   redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[16], '*', 'n', ARGV[at], 'h', ARGV[at + 1], 'v', value)
 end
 
+set_pending(KEYS[7], KEYS[13], job_id, ARGV[6])
 if ARGV[6] ~= '' then
   redis.call('ZADD', KEYS[6], ARGV[7], job_id)
-  redis.call('HSET', KEYS[7], job_id, ARGV[6])
   if ARGV[8] ~= '' and tostring(redis.call('GET', KEYS[8]) or '0') ~= ARGV[8] then
     -- capacity freed while this job was being planned: it must not sleep through that
     wake_for(ARGV[6])
   end
 else
   redis.call('ZREM', KEYS[6], job_id)
-  redis.call('HDEL', KEYS[7], job_id)
 end
 
 redis.call('SET', KEYS[1], ARGV[3])
