@@ -30,6 +30,7 @@ run (`tests/reliability/invariants.py`):
 - every waiting replica records why: its best option and the nodes that lack the room;
 - no placed replica left on a node silent past the grace (the sweep runs every 2 s);
 - every acknowledged submit has its record;
+- the counts heartbeats read to wake anyone (`pending:classes`) are the pending jobs' classes counted;
 - at a quiet point at the end of each load run (no heartbeat or job change for a second), no waiting job
   has an option ranked equal to its best on the hardware that is free now: no card idles while a job it
   serves as well waits.
