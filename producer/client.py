@@ -253,11 +253,9 @@ class Client:
         record = NodeRecord.model_validate({**dict(hb), "received_at": utcnow()})
 
         def put() -> bool:
-            stored, wake, restarted = self.store.put_heartbeat(record)
+            stored, _, restarted = self.store.put_heartbeat(record)
             if restarted:
                 self.store.enqueue_restart(hb.node_id, hb.boot_id)
-            if wake:
-                self.store.enqueue_pass()
             return stored
 
         return self._call(put)
@@ -266,7 +264,7 @@ class Client:
         """Publish several nodes' heartbeats in one round trip (a relay forwarding a rack's, say, as the
         agents' JSON text or parsed): each is validated and stored as ``heartbeat`` would, every one
         refused before anything is stored if one is bad; True for each stored, False for each older than
-        its node's last. A burst that frees cards queues one wake-up pass."""
+        its node's last. A burst that frees cards signals one wake-up pass."""
         beats = [hb if isinstance(hb, Heartbeat) else parse_heartbeat(hb) for hb in heartbeats]
         # each heartbeat was just validated, and the time is ours: the stored record needs no second pass
         stored = list(zip(beats, stored_json(beats, utcnow()), strict=True))
@@ -276,8 +274,6 @@ class Client:
             for hb, (_, _, restarted) in zip(beats, replies, strict=True):
                 if restarted:
                     self.store.enqueue_restart(hb.node_id, hb.boot_id)
-            if any(wake for _, wake, _ in replies):
-                self.store.enqueue_pass()
             return [stored for stored, _, _ in replies]
 
         return self._call(put)

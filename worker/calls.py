@@ -22,8 +22,8 @@ Call = tuple[list[str], list[Any]]
 
 def heartbeat_call(k: Keys, beats: Sequence[tuple[Heartbeat, str]]) -> Call:
     """``heartbeat.lua`` storing ``beats`` (each with its stored record's JSON)."""
-    keys = [k.nodes, k.epoch, k.wake, k.wake_classes, k.pool_changes, k.pending_classes]
-    args: list[Any] = [C.NODE_TTL_MS, C.WAKE_FLAG_TTL_MS, C.POOL_CHANGES_MAXLEN]
+    keys = [k.nodes, k.epoch, k.wake_signal, k.wake_classes, k.pool_changes, k.pending_classes]
+    args: list[Any] = [C.NODE_TTL_MS, C.POOL_CHANGES_MAXLEN]
     for hb, raw in beats:
         keys += [k.node(hb.node_id), k.held(hb.node_id)]
         args += [hb.node_id, raw, hb.seq, hb.boot_id, hb.gpu_class, hb.free_gpus, hb.host_free_gb]
@@ -62,7 +62,7 @@ def transition_call(
         k.pending,
         k.pending_for,
         k.epoch,
-        k.wake,
+        k.wake_signal,
         k.wake_classes,
         k.held_nodes,
         k.pool_changes,
@@ -78,7 +78,6 @@ def transition_call(
         pending[1] if pending else 0,
         epoch if epoch is not None and pending else "",
         C.FINISHED_TTL_S if new.state.final else 0,
-        C.WAKE_FLAG_TTL_MS,
         C.EVENTS_MAXLEN,
         C.JOB_EVENTS_MAXLEN,
         reason,

@@ -38,10 +38,9 @@ QUEUED_LOST_MS = 10_000
 a worker that died before it could claim the job (a claim comes milliseconds after). It is enqueued
 again. A job still on the queue is only waiting its turn, and is left alone however long that takes."""
 
-WAKE_FLAG_TTL_MS = 5_000
-"""A wake-up pass is queued at most once while this flag lives: a burst of heartbeats makes one pass. If
-the process that set the flag dies before enqueueing the pass, the flag lapses and the next freeing (or
-the sweep) queues one."""
+WAKE_WAIT_S = 0.5
+"""How long a worker's waker blocks on ``wake:signal`` at a time (under the socket timeout), so that it
+sees a stop between waits."""
 
 SNAPSHOT_REUSE_S = 0.25
 """A worker plans consecutive jobs on one read of the pool for this long. That is safe, not just fast: a

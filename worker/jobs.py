@@ -17,36 +17,44 @@ from worker.keys import Keys
 from worker.store import Store
 
 _stores: dict[tuple[int, str], Store] = {}
-"""One Store per connection and prefix in a worker process, kept across jobs so that its recent pool read
-and parsed records carry from one job to the next."""
+"""One Store per connection and prefix in a worker process, kept across jobs so that its pool mirror and
+parsed records carry from one job to the next; its lock keeps the job thread and the waker apart."""
+
+
+def store_for(connection: redis.Redis, prefix: str) -> Store:
+    """This process's Store for ``connection`` and ``prefix``: the one its jobs and its waker share."""
+    key = (id(connection), prefix)
+    store = _stores.get(key)
+    if store is None or store.redis is not connection:
+        store = _stores[key] = Store(connection, Keys(prefix))
+    return store
 
 
 def _store(prefix: str) -> tuple[Store, str]:
     job = get_current_job()
     if job is None:
         raise RuntimeError("worker.jobs functions run inside an RQ job")
-    worker = job.worker_name or "worker"
-    key = (id(job.connection), prefix)
-    store = _stores.get(key)
-    if store is None or store.redis is not job.connection:
-        store = _stores[key] = Store(job.connection, Keys(prefix))
-    return store, worker
+    return store_for(job.connection, prefix), job.worker_name or "worker"
 
 
 def keep_warm(connection: redis.Redis, prefix: str) -> None:
     """Between jobs: bring this process's pool mirror for ``prefix`` up to date if it has sat a while, or
     read it whole if this worker has none yet (it just started)."""
-    key = (id(connection), prefix)
-    store = _stores.get(key)
-    if store is None or store.redis is not connection:
-        store = _stores[key] = Store(connection, Keys(prefix))
-    store.keep_warm(C.MIRROR_IDLE_READ_S)
+    store = store_for(connection, prefix)
+    with store.lock:
+        store.keep_warm(C.MIRROR_IDLE_READ_S)
+
+
+def run_pass(store: Store, worker: str, full: bool = False) -> int:
+    """A wake-up pass on ``store``, with its lock held: from an RQ job, or from the waker."""
+    with store.lock, structlog.contextvars.bound_contextvars(worker=worker):
+        return waking.wake_pass(store, full)
 
 
 def plan_job(prefix: str, job_id: str) -> str | None:
     """Plan one queued serve job."""
     store, worker = _store(prefix)
-    with structlog.contextvars.bound_contextvars(job_id=job_id, worker=worker):
+    with store.lock, structlog.contextvars.bound_contextvars(job_id=job_id, worker=worker):
         started = time.perf_counter()
         rec = planning.plan_queued(store, job_id, worker)
         metrics.observe("plan_seconds", time.perf_counter() - started)
@@ -54,21 +62,21 @@ def plan_job(prefix: str, job_id: str) -> str | None:
 
 
 def wake_pass(prefix: str, full: bool = False) -> int:
-    """Re-plan waiting jobs after capacity freed (or all of them, ``full``)."""
+    """Re-plan waiting jobs after capacity freed (or all of them, ``full``): a pass queued on RQ by an
+    earlier modelplan. Passes are signalled on ``wake:signal`` now, and each worker's waker runs them."""
     store, worker = _store(prefix)
-    with structlog.contextvars.bound_contextvars(worker=worker):
-        return waking.wake_pass(store, full)
+    return run_pass(store, worker, full)
 
 
 def node_silent(prefix: str, node_id: str) -> int:
     """A node's heartbeat lapsed while it held jobs: plan them again, and drop the node."""
     store, worker = _store(prefix)
-    with structlog.contextvars.bound_contextvars(node_id=node_id, worker=worker):
+    with store.lock, structlog.contextvars.bound_contextvars(node_id=node_id, worker=worker):
         return moves.node_silent(store, node_id)
 
 
 def node_restarted(prefix: str, node_id: str, boot_id: str) -> int:
     """A node came back with a new boot: what was placed on it before is gone; plan those jobs again."""
     store, worker = _store(prefix)
-    with structlog.contextvars.bound_contextvars(node_id=node_id, worker=worker):
+    with store.lock, structlog.contextvars.bound_contextvars(node_id=node_id, worker=worker):
         return moves.node_restarted(store, node_id, boot_id)

@@ -44,8 +44,9 @@ key (after the prefix)                  type    TTL                   written by
 ``seq``                                 string  none                  submit: arrival counter
 ``epoch``                               string  none                  heartbeat.lua, transition.lua:
                                                                       bumped whenever capacity frees
-``wake``                                string  WAKE_FLAG_TTL_MS      heartbeat.lua, transition.lua: a
-                                                                      wake-up pass is queued
+``wake:signal``                         list    none                  heartbeat.lua, transition.lua: one
+                                                                      token while a wake-up pass is due;
+                                                                      a worker's waker takes it
 ``wake:classes``                        set     none                  heartbeat.lua, transition.lua:
                                                                       classes freed since the last pass
 ``ack``                                 string  none                  the client: bumped before ``WAIT``,
@@ -228,8 +229,8 @@ class Keys:
         return f"{self._p}epoch"
 
     @property
-    def wake(self) -> str:
-        return f"{self._p}wake"
+    def wake_signal(self) -> str:
+        return f"{self._p}wake:signal"
 
     @property
     def wake_classes(self) -> str:

@@ -70,7 +70,7 @@ def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
         # what heartbeats read to wake anyone: right again whatever went wrong with it since
         store.recount_pending()
     if due and r.zcard(k.jobs(JobState.WAITING)):
-        store.enqueue_pass(full=True)
+        store.signal_pass(full=True)
         done["waiting_sweep"] = 1
 
     done["quarantine_cleared"] = quarantine.prune(r, k)

@@ -29,8 +29,6 @@ def requeue(store: Store, job_id: str, reason: str, when: Callable[[JobRecord], 
         out = store.transition(rec, new, reason=reason, clear=clear_all(rec))
         if out.ok:
             store.enqueue_plan(job_id)
-            if out.wake:
-                store.enqueue_pass()
             log.info("job_requeued", job_id=job_id, reason=reason)
             return True
         if out.code == "gone":
@@ -135,8 +133,6 @@ def release(store: Store, job_id: str) -> JobRecord:
         new = rec.advance(JobState.RELEASED, nomination=None, reason="released")
         out = store.transition(rec, new, reason="released", clear=clear_all(rec))
         if out.ok:
-            if out.wake:
-                store.enqueue_pass()
             log.info("job_released", job_id=job_id)
             return new
     raise Contended(job_id)
@@ -160,8 +156,6 @@ def cancel(store: Store, job_id: str) -> JobRecord:
         new = rec.advance(JobState.CANCELLED, nomination=None, worker=None, lease_until=None, reason="cancelled")
         out = store.transition(rec, new, reason="cancelled", clear=clear_all(rec))
         if out.ok:
-            if out.wake:
-                store.enqueue_pass()
             log.info("job_cancelled", job_id=job_id)
             return new
     raise Contended(job_id)

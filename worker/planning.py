@@ -243,8 +243,6 @@ def commit(store: Store, rec: JobRecord, change: Change, snap: Snapshot) -> tupl
             store.reread_node(out.detail)
         return out.code, None
     snap.apply(change.place, change.clear)
-    if out.wake:
-        store.enqueue_pass()
     log.info(
         f"job_{new.state.value}",
         job_id=new.job_id,

@@ -1,4 +1,10 @@
-"""``modelplan worker``: an RQ worker on the planning queue, with the maintenance sweep beside it."""
+"""``modelplan worker``: an RQ worker on the planning queue, with the waker and the maintenance sweep
+beside it.
+
+The waker runs the wake-up passes: it blocks on ``wake:signal``, where the scripts that free capacity put
+a token, and runs the pass in this process as soon as it takes one. A pass is not an RQ job: it waits
+neither behind planning jobs on the queue nor on RQ's own bookkeeping, only for the job this process is
+planning to finish (they share the pool mirror, one at a time)."""
 
 from __future__ import annotations
 
@@ -83,7 +89,8 @@ def planning_worker(store: Store, cls: type[PlanningWorker] = PlanningWorker, **
 
 class InProcessWorker(PlanningWorker):
     """A PlanningWorker for draining the queue in this process (the demo, tests): it listens on no command
-    channel, whose thread otherwise costs a second to stop after each drain."""
+    channel, whose thread otherwise costs a second to stop after each drain, and runs each wake-up pass
+    signalled before it takes the next job, as a waker would."""
 
     def subscribe(self) -> None:
         self.pubsub_thread = None
@@ -91,10 +98,47 @@ class InProcessWorker(PlanningWorker):
     def unsubscribe(self) -> None:
         return None
 
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+        run_passes(jobs.store_for(self.connection, self.prefix), self.name)
+        return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+
 
 def drain(store: Store) -> None:
-    """Run every planning job queued now, in this process, as ``modelplan worker --burst`` does."""
-    planning_worker(store, InProcessWorker).work(burst=True, logging_level="WARNING")
+    """Run every planning job queued now and every wake-up pass signalled, in this process, as
+    ``modelplan worker --burst`` does."""
+    while True:
+        planning_worker(store, InProcessWorker).work(burst=True, logging_level="WARNING")
+        if not run_passes(jobs.store_for(store.redis, store.keys.prefix), "drain") and not store.queue.count:
+            return
+
+
+def run_passes(store: Store, name: str) -> bool:
+    """Run the wake-up pass signalled now, if any (and any signalled while it ran): whether one ran."""
+    ran = False
+    while store.wait_for_pass(0):
+        jobs.run_pass(store, name)
+        ran = True
+    return ran
+
+
+def _wake(store: Store, name: str, stop: threading.Event) -> None:
+    """The waker: take each signal on ``wake:signal`` as it comes and run the pass, until ``stop``."""
+    down = False
+    while not stop.is_set():
+        try:
+            if store.wait_for_pass(C.WAKE_WAIT_S):
+                jobs.run_pass(store, name)
+            if down:
+                log.info("waker_resumed")
+                down = False
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            # Redis away: said once; the signal waits in Redis (or the sweep's pass comes) until it is back
+            if not down:
+                log.warning("waker_failed", error=str(e)[:200], redis_unavailable=True)
+                down = True
+            stop.wait(C.RQ_RESTART_S)
+        except Exception:  # a pass that fails otherwise: the next signal, or the sweep's pass, tries again
+            log.exception("wake_pass_failed")
 
 
 def worker_name() -> str:
@@ -126,7 +170,7 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
     keys = Keys(prefix)
     logs.route_to_structlog("rq")  # RQ's own lines are JSON lines too
     conn = connect(url)
-    store = Store(conn, keys)
+    store = jobs.store_for(conn, keys.prefix)  # the one its jobs and its waker share
     name = worker_name()
     stop = threading.Event()
     try:
@@ -149,10 +193,18 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
     else:
         threading.Thread(target=_maintain, args=(url, keys, stop), name="maintenance", daemon=True).start()
         threading.Thread(target=requests.serve, args=(url, keys, name, stop), name="requests", daemon=True).start()
+    waker = threading.Thread(target=_wake, args=(store, name, stop), name="waker", daemon=True)
+    waker.start()
     # SimpleWorker runs jobs in this process: a plan takes milliseconds, and forking for each costs ~4x the
     # throughput. A crash mid-job is covered by the planning lease, not by RQ.
     try:
         _work(store, name, burst)
+        while burst:  # what the last jobs signalled, and what those passes queued
+            stop.set()
+            waker.join()
+            if not run_passes(store, name) and not store.queue.count:
+                break
+            _work(store, name, burst)
     finally:
         stop.set()
         # stopping while Redis is away: the last interval's figures go with the process

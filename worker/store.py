@@ -6,6 +6,7 @@ workers can never both move one job, and a placement is written only if every no
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -52,12 +53,14 @@ class Store:
         self.keys = keys or Keys()
         self.queue = planning_queue(client, self.keys)
         self._mirror: Mirror | None = None
+        self.lock = threading.RLock()
+        """Held while a job or a wake-up pass plans on this store's mirror: one at a time in a process."""
 
     # --- nodes ------------------------------------------------------------------------------------------
 
     def put_heartbeat(self, record: NodeRecord) -> tuple[bool, bool, bool]:
         """Store a heartbeat: ``(stored, wake, restarted)``. An older heartbeat of the same boot is not
-        stored; ``wake`` says a wake-up pass is to be queued; ``restarted`` that the node has a new boot."""
+        stored; ``wake`` that it signalled a wake-up pass; ``restarted`` that the node has a new boot."""
         return self.put_stored([(record, record.model_dump_json())])[0]
 
     def put_heartbeats(self, records: Sequence[NodeRecord]) -> list[tuple[bool, bool, bool]]:
@@ -220,8 +223,8 @@ class Store:
         states = [s for s in JobState if s is not JobState.FAILED]
         keys = [k.job(job_id), k.job_events(job_id), k.events, k.jobs(JobState.FAILED)]
         keys += [k.jobs(s) for s in states]
-        keys += [k.pending, k.pending_for, k.epoch, k.wake, k.wake_classes, k.held_nodes, k.quarantine, k.pool_changes]
-        keys.append(k.pending_classes)
+        keys += [k.pending, k.pending_for, k.epoch, k.wake_signal, k.wake_classes, k.held_nodes, k.quarantine]
+        keys += [k.pool_changes, k.pending_classes]
         keys += [k.held(n) for n, _ in holds]
         reason = f"its record does not parse ({bad.what}); marked failed, the record kept as it was"
         args: list[Any] = [
@@ -233,18 +236,15 @@ class Store:
             C.EVENTS_MAXLEN,
             C.JOB_EVENTS_MAXLEN,
             quarantine.entry(bad, "marked failed"),
-            C.WAKE_FLAG_TTL_MS,
             len(holds),
             C.POOL_CHANGES_MAXLEN,
         ]
         for n, hid in holds:
             args += [n, hid]
-        code, wake = script(self.redis, "quarantine_job")(keys=keys, args=args)
+        code, _ = script(self.redis, "quarantine_job")(keys=keys, args=args)
         if text(code) != "ok":
             return False
         quarantine.logged(self.keys, bad, "marked failed")
-        if int(wake):
-            self.enqueue_pass()
         return True
 
     # --- jobs -------------------------------------------------------------------------------------------
@@ -282,26 +282,32 @@ class Store:
         record. ``BadRecord`` when it does not parse."""
         k = self.keys
         keys, args = calls_.claim_call(k, job_id, worker, utcnow())
-        claim = script(self.redis, "claim")
+        code, raw = self._script_and_pool("claim", keys, args)
+        code = text(code)
+        if code == "gone":
+            return None
+        return code == "planning", read_record(JobRecord, raw, k.job(job_id))
+
+    def _script_and_pool(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run a script, with the pool brought up to date (``snapshot()``) in the same round trip: its
+        reply."""
+        run = script(self.redis, name)
         with self.redis.pipeline(transaction=False) as pipe:
             # EVALSHA itself: a script registered on a pipeline costs a SCRIPT EXISTS round trip each time
-            pipe.evalsha(claim.sha, len(keys), *keys, *args)
+            pipe.evalsha(run.sha, len(keys), *keys, *args)
             if self._mirror is not None:
                 poolread.ask_changes(pipe, self, self._mirror)
             replies = pipe.execute(raise_on_error=False)
         reply = replies[0]
         if isinstance(reply, redis.exceptions.NoScriptError):  # the server lost its scripts: it ran nothing
-            reply = claim(keys=keys, args=args)
+            reply = run(keys=keys, args=args)
         elif isinstance(reply, Exception):
             raise reply
         mirror = self._mirror
         if mirror is None or not poolread.apply_changes(self, mirror, replies[1:]):
             mirror = self._read_whole()
         mirror.read_at = time.monotonic()
-        code, raw = text(reply[0]), reply[1]
-        if code == "gone":
-            return None
-        return code == "planning", read_record(JobRecord, raw, k.job(job_id))
+        return reply
 
     def jobs(self, job_ids: Sequence[str]) -> list[JobRecord | BadRecord | None]:
         """Several jobs' records in one round trip: each a record, None, or the ``BadRecord`` it is."""
@@ -319,10 +325,6 @@ class Store:
     def job_ids(self, state: JobState) -> list[str]:
         """The ids in a state's index; a member that is not a job id is reported and skipped."""
         key = self.keys.jobs(state)
-        return self.valid_ids(self.redis.zrange(key, 0, -1), key, "a job id", "skipped")
-
-    def pending_ids(self) -> list[str]:
-        key = self.keys.pending
         return self.valid_ids(self.redis.zrange(key, 0, -1), key, "a job id", "skipped")
 
     def transition(
@@ -357,9 +359,38 @@ class Store:
         code, detail, wake = script(self.redis, "transition")(keys=keys, args=args)
         return Outcome(text(code), text(detail), int(wake) == 1)
 
-    def take_wake(self) -> set[str]:
+    def take_wake(self) -> tuple[set[str], list[tuple[str, str | None]]]:
+        """A wake-up pass starts (``take_wake.lua``): the classes freed since the last pass, and the
+        pending jobs in priority then arrival order, each with the classes it waits on (None if unknown).
+        The pool is brought up to date in the same round trip."""
         k = self.keys
-        return {text(c) for c in script(self.redis, "take_wake")(keys=[k.wake, k.wake_classes], args=[])}
+        keys = [k.wake_signal, k.wake_classes, k.pending, k.pending_for]
+        classes, ids, fors = self._script_and_pool("take_wake", keys, [])
+        pending = [
+            (j, None if c is None else text(c))
+            for member, c in zip(ids, fors, strict=True)
+            for j in self.valid_ids([member], k.pending, "a job id", "skipped")
+        ]
+        return {text(c) for c in classes}, pending
+
+    def signal_pass(self, full: bool = False) -> None:
+        """Signal a wake-up pass (``full``: over every pending job, not only the woken classes), as the
+        scripts do when they free capacity: a token on ``wake:signal``, one at most."""
+        k = self.keys
+        with self.redis.pipeline(transaction=True) as pipe:
+            if full:
+                pipe.sadd(k.wake_classes, "*")
+            pipe.rpush(k.wake_signal, "1")
+            pipe.ltrim(k.wake_signal, 0, 0)
+            pipe.execute()
+
+    def wait_for_pass(self, timeout_s: float) -> bool:
+        """Take the token on ``wake:signal``, waiting up to ``timeout_s`` for one (0: not at all): True when
+        a wake-up pass is due."""
+        k = self.keys
+        if timeout_s <= 0:
+            return self.redis.lpop(k.wake_signal) is not None
+        return self.redis.blpop([k.wake_signal], timeout=timeout_s) is not None
 
     def recount_pending(self) -> int:
         """Count ``pending:classes`` anew from ``pending:for``, in one step; the number of pending jobs."""
@@ -384,10 +415,6 @@ class Store:
     def enqueue_plan(self, job_id: str, pipeline: Any = None) -> None:
         """Queue a planning job for ``job_id`` (in ``pipeline``'s transaction if one is given)."""
         self._enqueue("plan_job", job_id, job_id=planning_job_id(job_id), pipeline=pipeline)
-
-    def enqueue_pass(self, full: bool = False) -> None:
-        """Queue a wake-up pass over the waiting jobs (``full``: all of them, not only the woken classes)."""
-        self._enqueue("wake_pass", full, at_front=True)
 
     def hand_off_silent(self, node_id: str, until_ms: int) -> None:
         """Queue a ``node_silent`` task for a silent node that held jobs, at the front, and move the node's

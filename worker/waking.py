@@ -13,7 +13,6 @@ from worker.errors import BadRecord
 from worker.planning import Change, change_for, commit, nominated_cards, plan_for, readable_job
 from worker.pool import Snapshot
 from worker.records import JobRecord, utcnow
-from worker.scripts import text
 from worker.store import Store
 
 log = logs.get_logger("modelplan.worker")
@@ -44,19 +43,15 @@ def wake_pass(store: Store, full: bool = False) -> int:
     """Re-plan the pending jobs that freed capacity could serve, in priority then arrival order; place
     those that now fit, move fallbacks onto their best, and hold cards for the job at the head of each
     class. Returns how many replicas were placed or moved."""
-    classes = store.take_wake()
+    classes, pending = store.take_wake()  # the pool is brought up to date in the same round trip
     full = full or "*" in classes
-    ids = store.pending_ids()
-    if not ids:
+    if not pending:
         return 0
-    pending_for = store.redis.hmget(store.keys.pending_for, ids)
-    wanted = [
-        j for j, c in zip(ids, pending_for, strict=True) if full or woken(None if c is None else text(c), classes)
-    ]
-    if not wanted:  # freed where no job waits: nothing to read the pool for
+    wanted = [j for j, waits_for in pending if full or woken(waits_for, classes)]
+    if not wanted:  # freed where no job waits
         log.info("wake_pass", classes=sorted(classes), full=full, considered=0, moved=0)
         return 0
-    snap = store.snapshot()
+    snap = store.recent_snapshot(C.SNAPSHOT_REUSE_S)
     moved = 0
     heads: set[str] = set()
     for job_id, rec in zip(wanted, store.jobs(wanted), strict=True):

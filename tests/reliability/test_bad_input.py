@@ -337,7 +337,6 @@ def test_fuzzed_requests_and_heartbeats_are_refused_cleanly_or_planned(
     # the fuzz outlives a node's 15 s TTL on a slow machine; a node lapsing mid-run would change the state
     # a refused input is compared against
     monkeypatch.setattr(C, "NODE_TTL_MS", 3_600_000)
-    monkeypatch.setattr(C, "WAKE_FLAG_TTL_MS", 3_600_000)
     client = Client.from_url(redis_url)
     state = [dump(client.redis)]
     submitted: list[str] = []

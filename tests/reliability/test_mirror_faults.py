@@ -212,7 +212,7 @@ class Run:
 
     def join_with(self, node_id: str, gpus: int, fault: Callable[[redis.client.Pipeline], object]) -> None:
         """A node's first heartbeat and ``fault`` in one transaction: no worker can have read the heartbeat's
-        change before the fault, and no wake-up pass is queued for it."""
+        change before the fault, and no wake-up pass is signalled for it."""
         self.pool.add(node_id, gpus)
         record = NodeRecord.model_validate(
             {**dict(parse_heartbeat(self.pool.heartbeat(node_id))), "received_at": utcnow()}
@@ -220,6 +220,7 @@ class Run:
         keys, args = heartbeat_call(self.client.store.keys, [(record, record.model_dump_json())])
         with self.client.redis.pipeline(transaction=True) as pipe:
             script(self.client.redis, "heartbeat")(keys=keys, args=args, client=pipe)
+            pipe.delete(self.client.keys.wake_signal)
             fault(pipe)
             pipe.execute()
 
@@ -235,7 +236,7 @@ class Run:
             time.sleep(0.02)
         assert rec.state is JobState.PLACED, f"probe for {node_id}: {rec.state.value}: {rec.reason}"
         assert {p.node_id for p in rec.placement} == {node_id}
-        self.client.store.enqueue_pass()  # what the node's own heartbeat would have queued
+        self.client.store.signal_pass()  # what the node's own heartbeat would have signalled
         return job_id
 
     def quiet_check(self) -> dict[str, Any]:

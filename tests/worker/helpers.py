@@ -56,6 +56,11 @@ def queued_functions(client: Client) -> list[str]:
     return [str(job.func_name) for job in client.store.queue.get_jobs()]
 
 
+def signalled(client: Client) -> bool:
+    """Whether a wake-up pass is signalled: a token on ``wake:signal`` that no waker has taken yet."""
+    return bool(client.redis.llen(client.keys.wake_signal))
+
+
 def empty_queue(client: Client) -> None:
     """Drop the queued RQ jobs, to drive planning by hand."""
     client.store.queue.empty()  # type: ignore[no-untyped-call]

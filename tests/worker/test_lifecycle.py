@@ -14,7 +14,16 @@ import pytest
 
 from planner import InvalidInput
 from producer import Client
-from tests.worker.helpers import drain, empty_queue, event_reasons, hb, queued_functions, request, whole_state
+from tests.worker.helpers import (
+    drain,
+    empty_queue,
+    event_reasons,
+    hb,
+    queued_functions,
+    request,
+    signalled,
+    whole_state,
+)
 from worker import constants as C
 from worker import maintenance, planning
 from worker.errors import JobExists, JobNotFound, WrongState
@@ -85,12 +94,12 @@ def test_waiting_is_placed_by_the_heartbeat_that_frees_its_card_and_nothing_else
     # heartbeats that free nothing (the CPU node, the same busy card) queue no pass and place nothing
     client.heartbeat(hb("cpu-1", "", host=512, seq=2))
     client.heartbeat(hb("gpu-1", "h100-80g", gpus=1, free=0, seq=2))
-    assert queued_functions(client) == []
+    assert queued_functions(client) == [] and not signalled(client)
     drain(client)
     assert client.get(job).state is JobState.WAITING
     # the card frees: one pass is queued and places the job
     client.heartbeat(hb("gpu-1", "h100-80g", gpus=1, free=1, seq=3))
-    assert queued_functions(client) == ["worker.jobs.wake_pass"]
+    assert queued_functions(client) == [] and signalled(client)
     drain(client)
     rec = client.get(job)
     assert rec.state is JobState.PLACED and [p.node_id for p in rec.placement] == ["gpu-1"]
@@ -211,7 +220,7 @@ def test_an_older_heartbeat_changes_nothing(client: Client) -> None:
     assert not client.heartbeat(hb("gpu-1", gpus=2, free=2, seq=4))
     assert not client.heartbeat(hb("gpu-1", gpus=2, free=2, seq=5))
     assert client.redis.get(client.keys.node("gpu-1")) == before
-    assert queued_functions(client) == ["worker.jobs.wake_pass"]  # from the node joining, not the stale ones
+    assert queued_functions(client) == [] and signalled(client)  # from the node joining, not the stale ones
 
 
 def test_a_burst_of_freeing_heartbeats_makes_one_pass(client: Client) -> None:
@@ -221,7 +230,7 @@ def test_a_burst_of_freeing_heartbeats_makes_one_pass(client: Client) -> None:
     drain(client)
     for i in range(30):
         client.heartbeat(hb(f"gpu-{i}", gpus=1, free=1, seq=2))
-    assert queued_functions(client) == ["worker.jobs.wake_pass"]
+    assert queued_functions(client) == [] and signalled(client)
 
 
 def test_cards_freed_where_no_job_waits_queue_no_pass(client: Client) -> None:
@@ -232,7 +241,7 @@ def test_cards_freed_where_no_job_waits_queue_no_pass(client: Client) -> None:
     drain(client)
     epoch = int(client.redis.get(client.keys.epoch) or 0)
     client.heartbeat(hb("h100", gpus=1, free=1, seq=2))
-    assert queued_functions(client) == []
+    assert queued_functions(client) == [] and not signalled(client)
     assert int(client.redis.get(client.keys.epoch) or 0) == epoch + 1
     client.heartbeat(hb("h100", gpus=1, free=0, seq=3))
     job = client.submit(request())
@@ -241,9 +250,9 @@ def test_cards_freed_where_no_job_waits_queue_no_pass(client: Client) -> None:
     assert client.redis.hget(client.keys.pending_for, job) == b"h100-80g"
     assert client.redis.hgetall(client.keys.pending_classes) == {b"h100-80g": b"1"}
     client.heartbeat(hb("cpu", gpu_class="", host_free=200, seq=2))
-    assert queued_functions(client) == []  # RAM freed on a CPU node: nobody waits on it
+    assert queued_functions(client) == [] and not signalled(client)  # RAM freed on a CPU node: nobody waits on it
     client.heartbeat(hb("h100", gpus=1, free=1, seq=4))
-    assert queued_functions(client) == ["worker.jobs.wake_pass"]
+    assert queued_functions(client) == [] and signalled(client)
     drain(client)
     assert client.get(job).state is JobState.PLACED
     assert client.redis.hgetall(client.keys.pending_classes) == {}
@@ -259,7 +268,7 @@ def test_the_sweep_counts_the_pending_classes_anew(client: Client) -> None:
     client.redis.delete(client.keys.pending_classes)
     client.redis.hset(client.keys.pending_classes, "l40s-48g", 3)
     client.heartbeat(hb("h100", gpus=1, free=1, seq=2))
-    assert queued_functions(client) == []  # the count is wrong: nobody seems to wait
+    assert queued_functions(client) == [] and not signalled(client)  # the count is wrong: nobody seems to wait
     maintenance.sweep(client.store, force=True)
     assert client.redis.hgetall(client.keys.pending_classes) == {b"h100-80g": b"1"}
     drain(client)  # the sweep's full pass
@@ -281,7 +290,7 @@ def test_cards_freed_while_a_job_is_planned_into_waiting_still_wake_it(client: C
     assert plan.outcome == "waiting"
     code, new = planning.commit(client.store, rec, planning.change_for(rec, plan), snap)
     assert code == "ok" and new is not None and new.state is JobState.WAITING
-    assert queued_functions(client) == ["worker.jobs.wake_pass"]
+    assert queued_functions(client) == [] and signalled(client)
     drain(client)
     assert client.get(job).state is JobState.PLACED
 
@@ -529,7 +538,7 @@ def test_heartbeats_in_batches_change_what_one_at_a_time_change(
         changes: Any = client.redis.xrange(k.pool_changes)
         return {
             "replies": replies,
-            "wake": client.redis.exists(k.wake),
+            "wake": client.redis.llen(k.wake_signal),
             "classes": client.redis.smembers(k.wake_classes),
             "epoch": client.redis.get(k.epoch) is not None,
             "nodes": {

@@ -10,7 +10,7 @@ from pathlib import Path
 from producer import Client
 from producer.client import request_from_listing
 from tests.reliability.invariants import idle_while_waiting
-from tests.worker.helpers import EXAMPLES, drain, empty_queue, hb
+from tests.worker.helpers import EXAMPLES, drain, hb
 from tests.worker.processes import WorkerProcess
 from worker.records import JobState, ServeRequest
 
@@ -72,9 +72,9 @@ def test_the_idle_check_sees_a_card_idle_while_a_job_waits(redis_url: str) -> No
     client.submit(eight_b(), job_id="job-b")
     drain(client)
     client.heartbeat(hb("a100-a", "a100-40g", gpus=1, seq=2))
-    empty_queue(client)  # the pass it queued never runs
+    client.redis.delete(client.keys.wake_signal)  # the pass it signalled never runs
     assert idle_while_waiting(client) == ["job job-b waits for 1 × h100-80g while 1 × a100-40g, ranked equal, is free"]
     drain(client)
-    client.store.enqueue_pass()
+    client.store.signal_pass()
     drain(client)
     assert idle_while_waiting(client) == []

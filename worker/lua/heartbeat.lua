@@ -2,11 +2,11 @@
 -- jobs when they free capacity. One call takes a batch (a relay's rack, say), each node checked against its
 -- own last heartbeat alone, in order, exactly as one call each would.
 --
--- KEYS[1] nodes   KEYS[2] epoch   KEYS[3] wake   KEYS[4] wake:classes   KEYS[5] pool:changes
+-- KEYS[1] nodes   KEYS[2] epoch   KEYS[3] wake:signal   KEYS[4] wake:classes   KEYS[5] pool:changes
 -- KEYS[6] pending:classes
 -- then for each node: node:{id}, held:{id}
 --
--- ARGV[1] node TTL, ms   ARGV[2] wake flag TTL, ms   ARGV[3] pool:changes MAXLEN
+-- ARGV[1] node TTL, ms   ARGV[2] pool:changes MAXLEN
 -- then for each node (7): node id, record JSON, seq, boot id, card class ("" for none), free cards,
 -- free host GiB
 --
@@ -19,16 +19,17 @@
 -- space-separated with the TTL, so that a worker reads and parses one entry for a rack's refreshes. A
 -- refresh is told from the stored text alone, without decoding it: most heartbeats are refreshes.
 --
--- Capacity freed bumps the epoch (a plan made before it must not commit a wait); it queues a wake-up
--- pass only for a class that some pending job waits on (pending:classes), or for a node that joined or
--- came back, which may change any job's best option.
+-- Capacity freed bumps the epoch (a plan made before it must not commit a wait); it signals a wake-up
+-- pass (a token on wake:signal, which a worker's waker takes) only for a class that some pending job
+-- waits on (pending:classes), or for a node that joined or came back, which may change any job's best
+-- option.
 --
--- Returns {wake, then for each node: code, restarted}: wake 1 when the caller queues a wake-up pass;
+-- Returns {wake, then for each node: code, restarted}: wake 1 when this call signalled a wake-up pass;
 -- code "ok" or "stale" (an older heartbeat: nothing changed); restarted 1 when the node came back with a
 -- new boot, or came back after its heartbeat lapsed, while jobs hold reservations on it: the caller has
 -- those checked.
 
-local ttl, maxlen = ARGV[1], ARGV[3]
+local ttl, maxlen = ARGV[1], ARGV[2]
 
 -- What a plan reads of a stored heartbeat: all of it but its seq and when it arrived, as the text before
 -- the seq, between it and received_at, and after that. Read from the layout modelplan writes, with plain
@@ -128,8 +129,8 @@ local function beat(node_key, held_key, node_id, raw, seq, boot_id, class, free_
   return 'ok', restarted
 end
 
-for i = 0, (#ARGV - 3) / 7 - 1 do
-  local a = 4 + 7 * i
+for i = 0, (#ARGV - 2) / 7 - 1 do
+  local a = 3 + 7 * i
   local code, restarted = beat(KEYS[7 + 2 * i], KEYS[8 + 2 * i], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
                                ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
   out[#out + 1] = code
@@ -152,7 +153,9 @@ if next(freed) then
   end
   if #classes > 0 then
     redis.call('SADD', KEYS[4], unpack(classes))
-    if redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[2]) then
+    -- one token waits at most: the pass it starts takes every class freed until then
+    if redis.call('EXISTS', KEYS[3]) == 0 then
+      redis.call('RPUSH', KEYS[3], '1')
       out[1] = 1
     end
   end

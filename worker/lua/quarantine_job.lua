@@ -3,19 +3,19 @@
 -- does); the job leaves every other state index and the pending index, joins jobs:failed, frees any hold
 -- it had (waking every waiting job), and the change goes onto both streams with the reason.
 --
--- KEYS[1]  job:{id}           KEYS[4]   jobs:failed          KEYS[11] pending      KEYS[14] wake
+-- KEYS[1]  job:{id}           KEYS[4]   jobs:failed          KEYS[11] pending      KEYS[14] wake:signal
 -- KEYS[2]  job:{id}:events    KEYS[5..10] the other six       KEYS[12] pending:for  KEYS[15] wake:classes
 -- KEYS[3]  events                        jobs:{state}         KEYS[13] epoch        KEYS[16] held:nodes
 -- KEYS[17] quarantine         KEYS[18] pool:changes        KEYS[19] pending:classes
 -- KEYS[20..] held:{node} for each hold to drop
 --
--- ARGV[1] job id               ARGV[5] seconds to keep the record   ARGV[9]  wake flag TTL, ms
--- ARGV[2] the record as read   ARGV[6] events MAXLEN                ARGV[10] holds to drop (n)
--- ARGV[3] reason               ARGV[7] job events MAXLEN            ARGV[12..] n x (node id, hold id)
--- ARGV[4] now, ms              ARGV[8] quarantine entry, JSON       ARGV[11] pool:changes MAXLEN
+-- ARGV[1] job id               ARGV[5] seconds to keep the record   ARGV[9]  holds to drop (n)
+-- ARGV[2] the record as read   ARGV[6] events MAXLEN                ARGV[10] pool:changes MAXLEN
+-- ARGV[3] reason               ARGV[7] job events MAXLEN            ARGV[11..] n x (node id, hold id)
+-- ARGV[4] now, ms              ARGV[8] quarantine entry, JSON
 --
 -- Returns {code, wake}: "ok", or "changed" (the record is no longer what was read: nothing written);
--- wake 1 when the caller queues a wake-up pass.
+-- wake 1 when it signalled a wake-up pass.
 local job_id = ARGV[1]
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   return {'changed', 0}
@@ -29,11 +29,11 @@ set_pending(KEYS[12], KEYS[19], job_id, '')
 redis.call('HSET', KEYS[17], KEYS[1], ARGV[8])
 local wake = 0
 local freed = false
-for j = 1, tonumber(ARGV[10]) do
-  local node_id, hold_id = ARGV[10 + 2 * j], ARGV[11 + 2 * j]
+for j = 1, tonumber(ARGV[9]) do
+  local node_id, hold_id = ARGV[9 + 2 * j], ARGV[10 + 2 * j]
   if redis.call('HDEL', KEYS[19 + j], hold_id) == 1 then
     freed = true
-    redis.call('XADD', KEYS[18], 'MAXLEN', '~', ARGV[11], '*', 'n', node_id, 'h', hold_id, 'v', '')
+    redis.call('XADD', KEYS[18], 'MAXLEN', '~', ARGV[10], '*', 'n', node_id, 'h', hold_id, 'v', '')
     if redis.call('HLEN', KEYS[19 + j]) == 0 then
       redis.call('SREM', KEYS[16], node_id)
     end
@@ -42,7 +42,8 @@ end
 if freed then
   redis.call('INCR', KEYS[13])
   redis.call('SADD', KEYS[15], '*')
-  if redis.call('SET', KEYS[14], '1', 'NX', 'PX', ARGV[9]) then
+  if redis.call('EXISTS', KEYS[14]) == 0 then
+    redis.call('RPUSH', KEYS[14], '1')
     wake = 1
   end
 end

@@ -8,7 +8,7 @@
 -- pending:classes), and woken at once if
 -- capacity freed since its plan was made; the change goes onto both streams.
 --
--- KEYS[1]  job:{id}           KEYS[5]  jobs:{new state}   KEYS[9]   wake
+-- KEYS[1]  job:{id}           KEYS[5]  jobs:{new state}   KEYS[9]   wake:signal
 -- KEYS[2]  job:{id}:events    KEYS[6]  pending            KEYS[10]  wake:classes
 -- KEYS[3]  events             KEYS[7]  pending:for        KEYS[11]  held:nodes
 -- KEYS[4]  jobs:{old state}   KEYS[8]  epoch
@@ -16,25 +16,24 @@
 -- KEYS[14..] for each hold to write: node:{id}, held:{id}; then for each hold to clear: held:{id}
 --
 -- ARGV[1]  job id                      ARGV[9]   seconds to keep a final record (0: keep)
--- ARGV[2]  version it is made from     ARGV[10]  wake flag TTL, ms
--- ARGV[3]  the next record, JSON       ARGV[11]  events MAXLEN     ARGV[12] job events MAXLEN
--- ARGV[4]  the next state              ARGV[13]  reason, for the streams
--- ARGV[5]  score in jobs:{next state}  ARGV[14]  holds to write (n)  ARGV[15] holds to clear (m)
+-- ARGV[2]  version it is made from     ARGV[10]  events MAXLEN     ARGV[11] job events MAXLEN
+-- ARGV[3]  the next record, JSON       ARGV[12]  reason, for the streams
+-- ARGV[4]  the next state              ARGV[13]  holds to write (n)  ARGV[14] holds to clear (m)
+-- ARGV[5]  score in jobs:{next state}  ARGV[15]  pool:changes MAXLEN
 -- ARGV[6]  classes pending on, or ""
--- ARGV[7]  score in pending           ARGV[16] pool:changes MAXLEN
--- ARGV[8]  epoch the plan saw, or ""  ARGV[17..] n x (node id, hold id, gpus, host GiB, nominated 0/1),
+-- ARGV[7]  score in pending
+-- ARGV[8]  epoch the plan saw, or ""  ARGV[16..] n x (node id, hold id, gpus, host GiB, nominated 0/1),
 --                                                then m x (node id, hold id, class)
 --
 -- Every hold written or cleared goes onto pool:changes (node, hold id, value or ""), for the workers'
 -- mirrors of the pool.
 --
--- Returns {code, detail, wake}: "ok" (detail: the new version; wake 1: the caller queues a wake-up
--- pass), "stale" (detail: the version now, or "unreadable"), "gone" (no record), "full" or "silent"
+-- Returns {code, detail, wake}: "ok" (detail: the new version; wake 1: it signalled a wake-up pass), "stale" (detail: the version now, or "unreadable"), "gone" (no record), "full" or "silent"
 -- (detail: the node that lacks room, or has no live heartbeat that decodes; nothing written).
 
 local job_id = ARGV[1]
-local n_place, n_clear = tonumber(ARGV[14]), tonumber(ARGV[15])
-local place_at, clear_at = 17, 17 + 5 * n_place
+local n_place, n_clear = tonumber(ARGV[13]), tonumber(ARGV[14])
+local place_at, clear_at = 16, 16 + 5 * n_place
 local clear_key_at = 13 + 2 * n_place
 
 -- A record's version, read from the head that modelplan's records start with (their first four fields,
@@ -122,7 +121,9 @@ end
 local wake = 0
 local function wake_for(class)
   redis.call('SADD', KEYS[10], class)
-  if redis.call('SET', KEYS[9], '1', 'NX', 'PX', ARGV[10]) then
+  -- one token waits at most: the pass it starts takes every class freed until then
+  if redis.call('EXISTS', KEYS[9]) == 0 then
+    redis.call('RPUSH', KEYS[9], '1')
     wake = 1
   end
 end
@@ -140,7 +141,7 @@ for j = 1, n_clear do
   local held_key = KEYS[clear_key_at + j]
   local deleted = redis.call('HDEL', held_key, ARGV[at + 1]) == 1
   if deleted then
-    redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[16], '*', 'n', ARGV[at], 'h', ARGV[at + 1], 'v', '')
+    redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[15], '*', 'n', ARGV[at], 'h', ARGV[at + 1], 'v', '')
   end
   if deleted and not rewritten[ARGV[at] .. '/' .. ARGV[at + 1]] then
     freed = true
@@ -160,7 +161,7 @@ for i = 1, n_place do
                               boot_id = boots[i], nominated = ARGV[at + 4] == '1'})
   redis.call('HSET', KEYS[13 + 2 * i], ARGV[at + 1], value)
   redis.call('SADD', KEYS[11], ARGV[at])
-  redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[16], '*', 'n', ARGV[at], 'h', ARGV[at + 1], 'v', value)
+  redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[15], '*', 'n', ARGV[at], 'h', ARGV[at + 1], 'v', value)
 end
 
 set_pending(KEYS[7], KEYS[13], job_id, ARGV[6])
@@ -179,10 +180,10 @@ redis.call('ZREM', KEYS[4], job_id)
 redis.call('ZADD', KEYS[5], ARGV[5], job_id)
 
 local version = version_of(ARGV[3])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[12], '*', 'job_id', job_id, 'state', ARGV[4],
-           'version', version, 'reason', ARGV[13])
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[11], '*', 'job_id', job_id, 'state', ARGV[4],
-           'version', version, 'reason', ARGV[13])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[11], '*', 'job_id', job_id, 'state', ARGV[4],
+           'version', version, 'reason', ARGV[12])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[10], '*', 'job_id', job_id, 'state', ARGV[4],
+           'version', version, 'reason', ARGV[12])
 
 local keep = tonumber(ARGV[9])
 if keep > 0 then

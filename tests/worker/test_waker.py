@@ -1,0 +1,118 @@
+"""The waker: each worker process takes the token the scripts put on ``wake:signal`` when they free
+capacity, and runs the wake-up pass itself, with no RQ job, one at a time with the job it is planning."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from producer import Client
+from tests.worker.helpers import drain, hb, queued_functions, request, signalled
+from worker import jobs, runner
+from worker.records import JobState
+from worker.store import Store
+
+WITHIN_S = 10.0
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[Client]:
+    c = Client.from_url(redis_url)
+    yield c
+    c.redis.close()
+
+
+@pytest.fixture
+def waker(client: Client) -> Iterator[tuple[Store, threading.Thread, threading.Event]]:
+    """A waker thread on the store this process's jobs use, as ``modelplan worker`` starts one."""
+    store = jobs.store_for(client.redis, client.keys.prefix)
+    stop = threading.Event()
+    thread = threading.Thread(target=runner._wake, args=(store, "test-waker", stop), daemon=True)
+    thread.start()
+    yield store, thread, stop
+    stop.set()
+    thread.join(timeout=WITHIN_S)
+
+
+def waiting_job(client: Client) -> str:
+    client.heartbeat(hb("gpu-1", gpus=1, free=0, seq=1))
+    job = client.submit(request())
+    drain(client)
+    assert client.get(job).state is JobState.WAITING
+    return job
+
+
+def eventually(check: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + WITHIN_S
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_freed_card_places_the_waiting_job_with_no_rq_job_queued(
+    client: Client, waker: tuple[Store, threading.Thread, threading.Event]
+) -> None:
+    job = waiting_job(client)
+    client.heartbeat(hb("gpu-1", gpus=1, free=1, seq=2))
+    assert eventually(lambda: client.get(job).state is JobState.PLACED)
+    assert queued_functions(client) == []
+    assert not signalled(client)  # the waker took the token
+
+
+def test_a_burst_of_freeing_leaves_one_token(client: Client) -> None:
+    for i in range(20):
+        client.heartbeat(hb(f"gpu-{i}", gpus=1, free=0, seq=1))
+    waiting_job(client)
+    for i in range(20):
+        client.heartbeat(hb(f"gpu-{i}", gpus=1, free=1, seq=2))
+    assert client.redis.llen(client.keys.wake_signal) == 1
+    client.store.signal_pass(full=True)
+    assert client.redis.llen(client.keys.wake_signal) == 1
+    assert client.redis.sismember(client.keys.wake_classes, "*")
+
+
+def test_the_pass_waits_for_the_job_being_planned_in_its_process(
+    client: Client, waker: tuple[Store, threading.Thread, threading.Event]
+) -> None:
+    """The waker and the job thread share one mirror: a pass signalled while a job holds it runs after."""
+    store, _, _ = waker
+    job = waiting_job(client)
+    with store.lock:  # as a planning job holds it
+        client.heartbeat(hb("gpu-1", gpus=1, free=1, seq=2))
+        assert eventually(lambda: not signalled(client))  # taken by the waker, which now waits its turn
+        time.sleep(0.2)
+        assert client.get(job).state is JobState.WAITING
+    assert eventually(lambda: client.get(job).state is JobState.PLACED)
+
+
+def test_the_waker_stops_between_waits(
+    client: Client, waker: tuple[Store, threading.Thread, threading.Event]
+) -> None:
+    _, thread, stop = waker
+    stop.set()
+    thread.join(timeout=WITHIN_S)
+    assert not thread.is_alive()
+
+
+def test_a_burst_drain_runs_the_passes_its_jobs_signalled(client: Client) -> None:
+    """``drain`` (as ``modelplan worker --burst``) leaves no token behind: a job released in the drain
+    frees its card, and the pass that frees places the job waiting on it."""
+    client.heartbeat(hb("gpu-1", gpus=1, free=1, seq=1))
+    first = client.submit(request())
+    drain(client)
+    assert client.get(first).state is JobState.PLACED
+    client.heartbeat(hb("gpu-1", gpus=1, free=0, seq=2))  # its card, as the node now reports it
+    second = client.submit(request())
+    drain(client)
+    assert client.get(second).state is JobState.WAITING
+    client.release(first)
+    client.heartbeat(hb("gpu-1", gpus=1, free=1, seq=3))
+    assert signalled(client)
+    drain(client)
+    assert not signalled(client)
+    assert client.get(second).state is JobState.PLACED
