@@ -39,7 +39,19 @@ def waits_on(rec: JobRecord, alternatives: Sequence[Option]) -> str:
     best = rec.option
     if best is None:
         return "any"
-    same = [o for o in alternatives if rec.request.fallback or hardware_rank(o) == hardware_rank(best)]
+    if rec.request.fallback:
+        same = list(alternatives)
+    else:
+        # ranked best first, and the hardware leads the ranking: the options equal to the best on it are
+        # one run, which ends at the first option ranked below it (a pool has hundreds of options)
+        key = hardware_rank(best)
+        same = []
+        for o in alternatives:
+            rank = hardware_rank(o)
+            if rank == key:
+                same.append(o)
+            elif rank > key:
+                break
     return ",".join(sorted({class_key(o) for o in (best, *same)}))
 
 
