@@ -1,4 +1,5 @@
-"""Card classes: what a job's holds free when they go, and which freed classes wake a pending job. Pure."""
+"""Card classes: what a job's holds free when they go, and which classes a pending job waits on (whose freed
+capacity wakes it: ``take_wake.lua`` picks the jobs for a pass by them). Pure."""
 
 from __future__ import annotations
 
@@ -53,11 +54,3 @@ def waits_on(rec: JobRecord, alternatives: Sequence[Option]) -> str:
             elif rank > key:
                 break
     return ",".join(sorted({class_key(o) for o in (best, *same)}))
-
-
-def woken(pending_for: str | None, freed: set[str]) -> bool:
-    """Whether a job pending on ``pending_for`` is woken by capacity freed in the ``freed`` classes."""
-    if pending_for is None:
-        return True
-    wants = set(pending_for.split(","))
-    return "any" in wants or bool(wants & {c for f in freed for c in f.split(",")})

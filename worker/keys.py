@@ -191,6 +191,12 @@ class Keys:
     def job(self, job_id: str) -> str:
         return f"{self._p}job:{check_id(job_id, 'job_id')}"
 
+    @property
+    def job_prefix(self) -> str:
+        """What every ``job:{job_id}`` key starts with: ``take_wake.lua`` reads the records of the pending
+        jobs it picks, whose ids it learns only as it runs."""
+        return f"{self._p}job:"
+
     def job_events(self, job_id: str) -> str:
         return f"{self._p}job:{check_id(job_id, 'job_id')}:events"
 

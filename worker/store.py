@@ -31,6 +31,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _job_or_bad(key: str, raw: bytes | str | None) -> JobRecord | BadRecord | None:
+    """A job's record as read: the record, None when there is none, or the ``BadRecord`` it is."""
+    try:
+        return read_record(JobRecord, raw, key) if raw is not None else None
+    except BadRecord as e:
+        return e
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What ``transition.lua`` said."""
@@ -314,13 +322,7 @@ class Store:
         if not job_ids:
             return []
         keys = [self.keys.job(j) for j in job_ids]
-        out: list[JobRecord | BadRecord | None] = []
-        for key, raw in zip(keys, self.redis.mget(keys), strict=True):
-            try:
-                out.append(read_record(JobRecord, raw, key) if raw is not None else None)
-            except BadRecord as e:
-                out.append(e)
-        return out
+        return [_job_or_bad(key, raw) for key, raw in zip(keys, self.redis.mget(keys), strict=True)]
 
     def job_ids(self, state: JobState) -> list[str]:
         """The ids in a state's index; a member that is not a job id is reported and skipped."""
@@ -359,19 +361,20 @@ class Store:
         code, detail, wake = script(self.redis, "transition")(keys=keys, args=args)
         return Outcome(text(code), text(detail), int(wake) == 1)
 
-    def take_wake(self) -> tuple[set[str], list[tuple[str, str | None]]]:
+    def take_wake(self, full: bool) -> tuple[set[str], list[tuple[str, JobRecord | BadRecord | None]]]:
         """A wake-up pass starts (``take_wake.lua``): the classes freed since the last pass, and the
-        pending jobs in priority then arrival order, each with the classes it waits on (None if unknown).
-        The pool is brought up to date in the same round trip."""
+        pending jobs that capacity freed there could serve (every pending job, ``full``), in priority then
+        arrival order, each with its record as ``jobs`` gives it. The pool is brought up to date in the
+        same round trip."""
         k = self.keys
         keys = [k.wake_signal, k.wake_classes, k.pending, k.pending_for]
-        classes, ids, fors = self._script_and_pool("take_wake", keys, [])
-        pending = [
-            (j, None if c is None else text(c))
-            for member, c in zip(ids, fors, strict=True)
+        classes, ids, raws = self._script_and_pool("take_wake", keys, [k.job_prefix, int(full)])
+        picked = [
+            (j, _job_or_bad(k.job(j), raw))
+            for member, raw in zip(ids, raws, strict=True)
             for j in self.valid_ids([member], k.pending, "a job id", "skipped")
         ]
-        return {text(c) for c in classes}, pending
+        return {text(c) for c in classes}, picked
 
     def signal_pass(self, full: bool = False) -> None:
         """Signal a wake-up pass (``full``: over every pending job, not only the woken classes), as the

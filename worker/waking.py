@@ -8,7 +8,6 @@ from datetime import timedelta
 from planner.decide import Hold, JobPlan, nominate, same_layout, take
 from worker import constants as C
 from worker import logs, metrics
-from worker.classes import woken
 from worker.errors import BadRecord
 from worker.planning import Change, change_for, commit, nominated_cards, plan_for, readable_job
 from worker.pool import Snapshot
@@ -43,18 +42,16 @@ def wake_pass(store: Store, full: bool = False) -> int:
     """Re-plan the pending jobs that freed capacity could serve, in priority then arrival order; place
     those that now fit, move fallbacks onto their best, and hold cards for the job at the head of each
     class. Returns how many replicas were placed or moved."""
-    classes, pending = store.take_wake()  # the pool is brought up to date in the same round trip
+    classes, wanted = store.take_wake(full)  # the pool is brought up to date in the same round trip
     full = full or "*" in classes
-    if not pending:
-        return 0
-    wanted = [j for j, waits_for in pending if full or woken(waits_for, classes)]
-    if not wanted:  # freed where no job waits
-        log.info("wake_pass", classes=sorted(classes), full=full, considered=0, moved=0)
+    if not wanted:  # nobody waits, or only for capacity freed elsewhere
+        if classes:
+            log.info("wake_pass", classes=sorted(classes), full=full, considered=0, moved=0)
         return 0
     snap = store.recent_snapshot(C.SNAPSHOT_REUSE_S)
     moved = 0
     heads: set[str] = set()
-    for job_id, rec in zip(wanted, store.jobs(wanted), strict=True):
+    for job_id, rec in wanted:
         if isinstance(rec, BadRecord):
             store.fail_unreadable_job(job_id, rec)
             continue

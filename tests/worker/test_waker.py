@@ -90,9 +90,7 @@ def test_the_pass_waits_for_the_job_being_planned_in_its_process(
     assert eventually(lambda: client.get(job).state is JobState.PLACED)
 
 
-def test_the_waker_stops_between_waits(
-    client: Client, waker: tuple[Store, threading.Thread, threading.Event]
-) -> None:
+def test_the_waker_stops_between_waits(client: Client, waker: tuple[Store, threading.Thread, threading.Event]) -> None:
     _, thread, stop = waker
     stop.set()
     thread.join(timeout=WITHIN_S)
@@ -116,3 +114,35 @@ def test_a_burst_drain_runs_the_passes_its_jobs_signalled(client: Client) -> Non
     drain(client)
     assert not signalled(client)
     assert client.get(second).state is JobState.PLACED
+
+
+@pytest.mark.parametrize(
+    ("freed", "full", "picked"),
+    [
+        ({"h100-80g"}, False, ["j-h100", "j-both", "j-any", "j-unknown"]),
+        ({"l40s-48g,a100-40g"}, False, ["j-both", "j-any", "j-unknown"]),  # a freed entry may be comma-joined
+        ({"cpu"}, False, ["j-cpu", "j-any", "j-unknown"]),
+        ({"*"}, False, ["j-h100", "j-both", "j-cpu", "j-any", "j-unknown"]),
+        (set(), True, ["j-h100", "j-both", "j-cpu", "j-any", "j-unknown"]),
+    ],
+)
+def test_a_pass_picks_the_pending_jobs_the_freed_classes_serve(
+    client: Client, freed: set[str], full: bool, picked: list[str]
+) -> None:
+    """``take_wake.lua`` picks, in the pending order, each job waiting on a freed class (or on any, or on
+    what ``pending:for`` does not say), with its record; every job when the pass is full."""
+    k = client.keys
+    waits = {"j-h100": "h100-80g", "j-both": "a100-40g,h100-80g", "j-cpu": "cpu", "j-any": "any", "j-unknown": None}
+    for score, (job, cls) in enumerate(waits.items()):
+        client.redis.zadd(k.pending, {job: score})
+        client.redis.set(k.job(job), f"not a record {job}")
+        if cls is not None:
+            client.redis.hset(k.pending_for, job, cls)
+    if freed:
+        client.redis.sadd(k.wake_classes, *freed)
+    client.redis.rpush(k.wake_signal, "1")
+    classes, got = client.store.take_wake(full)
+    assert classes == freed
+    assert [j for j, _ in got] == picked
+    assert all(getattr(rec, "raw", None) == f"not a record {j}".encode() for j, rec in got)  # as read, unparsed
+    assert not client.redis.exists(k.wake_classes) and not signalled(client)

@@ -1,22 +1,56 @@
--- take_wake.lua: a wake-up pass starts: takes the classes freed since the last pass, and reads the pending
--- jobs with the classes each waits on. A token on wake:signal goes too (one signalled after the waker took
--- its own): this pass covers every class freed until now, and capacity freed from here on signals another.
+-- take_wake.lua: a wake-up pass starts: takes the classes freed since the last pass, and the pending jobs
+-- that capacity freed there could serve, in priority then arrival order, with their records. A token on
+-- wake:signal goes too (one signalled after the waker took its own): this pass covers every class freed
+-- until now, and capacity freed from here on signals another.
+--
+-- A pending job is picked when the pass is full (ARGV[2] is 1, or '*' was freed: a node joined or came
+-- back, or a record was dropped), when pending:for does not say what it waits for, when it waits for
+-- 'any' class, or when one of the classes it waits for (comma-joined) was freed (each freed entry may be
+-- comma-joined too).
 --
 -- KEYS[1] wake:signal   KEYS[2] wake:classes   KEYS[3] pending   KEYS[4] pending:for
--- Returns {the freed classes, the pending job ids in priority then arrival order, for each the classes it
--- waits on (nil where pending:for has none)}.
+-- ARGV[1] what every job:{id} key starts with   ARGV[2] 1 for a full pass, else 0
+-- Returns {the freed classes, the picked job ids, their records (nil where there is none)}.
 
 local BATCH = 1000 -- ids per HMGET: unpack takes a few thousand values at most
 
 redis.call('DEL', KEYS[1])
 local classes = redis.call('SMEMBERS', KEYS[2])
 redis.call('DEL', KEYS[2])
-local ids = redis.call('ZRANGE', KEYS[3], 0, -1)
-local fors = {}
-for i = 1, #ids, BATCH do
-  local got = redis.call('HMGET', KEYS[4], unpack(ids, i, math.min(i + BATCH - 1, #ids)))
-  for j = 1, #got do
-    fors[#fors + 1] = got[j]
+
+local full = ARGV[2] == '1'
+local freed = {}
+for _, entry in ipairs(classes) do
+  for class in string.gmatch(entry, '[^,]+') do
+    freed[class] = true
   end
 end
-return {classes, ids, fors}
+if freed['*'] then
+  full = true
+end
+
+local function woken(waits_for)
+  if full or not waits_for then
+    return true
+  end
+  for class in string.gmatch(waits_for, '[^,]+') do
+    if class == 'any' or freed[class] then
+      return true
+    end
+  end
+  return false
+end
+
+local ids = redis.call('ZRANGE', KEYS[3], 0, -1)
+local picked, records = {}, {}
+for i = 1, #ids, BATCH do
+  local fors = redis.call('HMGET', KEYS[4], unpack(ids, i, math.min(i + BATCH - 1, #ids)))
+  for j = 1, #fors do
+    local id = ids[i + j - 1]
+    if woken(fors[j]) then
+      picked[#picked + 1] = id
+      records[#records + 1] = redis.call('GET', ARGV[1] .. id)
+    end
+  end
+end
+return {classes, picked, records}
