@@ -191,9 +191,11 @@ def relay(
     url: str, beats: list[dict[str, Any]], seconds: float, frees_per_s: float, seed: int, start_at: float
 ) -> dict[str, Any]:
     """One relay: publishes each of ``beats`` once every ``HEARTBEAT_INTERVAL_S`` for ``seconds``, a slice
-    every ``TICK_S``, in calls of ``RACK``; each interval ``CHURN`` of its card nodes gain or lose a free
-    card and ``frees_per_s`` H200 cards are freed. Returns how many it sent, over how long, when it sent
-    each freeing heartbeat (node, ms), and how far behind its schedule it fell at most (s)."""
+    every ``TICK_S``, in calls of ``RACK`` spread evenly over the tick (relay ``seed`` of ``RELAYS`` offset
+    by its share of a call's spacing, so that the relays' calls interleave, as unsynchronised racks'
+    would); each interval ``CHURN`` of its card nodes gain or lose a free card and ``frees_per_s`` H200
+    cards are freed. Returns how many it sent, over how long, when it sent each freeing heartbeat (node,
+    ms), and how far behind its schedule it fell at most (s)."""
     configure_logging("WARNING", sys.stderr)
     client = Client(redis.Redis.from_url(url), PLAN_PREFIX)
     rng = random.Random(seed)
@@ -209,17 +211,19 @@ def relay(
     while time.time() < start_at:
         time.sleep(0.001)
     t0 = time.monotonic()
+    calls = -(-len(slices[0]) // RACK)
+    spacing = TICK_S / calls
     for tick in range(round(seconds / TICK_S)):
-        behind = time.monotonic() - (t0 + tick * TICK_S)
-        if behind < 0:
-            time.sleep(-behind)
-        late = max(late, behind)
         if tick % ticks == 0:  # a new interval: which nodes change in it
             seq += 1
             free_now = set(rng.sample(target, min(per_interval, len(target))))
             churn = set(rng.sample(cards, min(round(CHURN * len(beats)), len(cards))))
         part = slices[tick % ticks]
         for j in range(0, len(part), RACK):
+            behind = time.monotonic() - (t0 + tick * TICK_S + (j // RACK + seed / RELAYS) * spacing)
+            if behind < 0:
+                time.sleep(-behind)
+            late = max(late, behind)
             batch = part[j : j + RACK]
             freed = []
             for i in batch:
