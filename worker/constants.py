@@ -38,6 +38,11 @@ QUEUED_LOST_MS = 10_000
 a worker that died before it could claim the job (a claim comes milliseconds after). It is enqueued
 again. A job still on the queue is only waiting its turn, and is left alone however long that takes."""
 
+GC_FREEZE_S = 5.0
+"""How often a worker moves what it holds out of the cyclic garbage collector's reach (``gc.freeze``), as
+it does after each whole read of the pool (``runner.Frozen``): what changed in between is all a
+collection walks."""
+
 WAKE_WAIT_S = 0.5
 """How long a worker's waker blocks on ``wake:signal`` at a time (under the socket timeout), so that it
 sees a stop between waits."""

@@ -61,6 +61,8 @@ class Store:
         self.keys = keys or Keys()
         self.queue = planning_queue(client, self.keys)
         self._mirror: Mirror | None = None
+        self.whole_reads = 0
+        """How many times this store has read the pool whole (its first read included)."""
         self.lock = threading.RLock()
         """Held while a job or a wake-up pass plans on this store's mirror: one at a time in a process."""
 
@@ -145,6 +147,7 @@ class Store:
         started = time.perf_counter()
         mirror = self._mirror = poolread.full_read(self)
         mirror.pool.prepare()
+        self.whole_reads += 1
         if first:
             ms = round((time.perf_counter() - started) * 1000, 1)
             log.info("pool_read_whole", reason="start", nodes=len(mirror.pool.records), ms=ms)

@@ -3,6 +3,7 @@ capacity, and runs the wake-up pass itself, with no RQ job, one at a time with t
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -11,6 +12,7 @@ import pytest
 
 from producer import Client
 from tests.worker.helpers import drain, hb, queued_functions, request, signalled
+from worker import constants as C
 from worker import jobs, runner
 from worker.records import JobState
 from worker.store import Store
@@ -146,3 +148,26 @@ def test_a_pass_picks_the_pending_jobs_the_freed_classes_serve(
     assert [j for j, _ in got] == picked
     assert all(getattr(rec, "raw", None) == f"not a record {j}".encode() for j, rec in got)  # as read, unparsed
     assert not client.redis.exists(k.wake_classes) and not signalled(client)
+
+
+def test_the_collector_is_kept_off_what_a_worker_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Frozen`` freezes after each whole read and every ``GC_FREEZE_S``, and not before the first read."""
+    frozen = runner.Frozen()
+    gc.unfreeze()
+    try:
+        frozen.keep(0)
+        assert gc.get_freeze_count() == 0  # no mirror yet
+        frozen.keep(1)
+        assert gc.get_freeze_count() > 0
+        gc.unfreeze()
+        frozen.keep(1)
+        assert gc.get_freeze_count() == 0  # nothing new: not yet
+        monkeypatch.setattr(C, "GC_FREEZE_S", 0.0)
+        frozen.keep(1)
+        assert gc.get_freeze_count() > 0  # its time came
+        gc.unfreeze()
+        monkeypatch.setattr(C, "GC_FREEZE_S", 3600.0)
+        frozen.keep(2)
+        assert gc.get_freeze_count() > 0  # the pool was read whole again
+    finally:
+        gc.unfreeze()
