@@ -125,24 +125,38 @@ def run_passes(store: Store, name: str) -> bool:
 def _wake(store: Store, name: str, stop: threading.Event) -> None:
     """The waker: take each signal on ``wake:signal`` as it comes and run the pass, until ``stop``. Between
     passes it keeps the collector off the pool mirror (``freeze``)."""
-    down = False
+    outage = Outage("waker")
     frozen = Frozen()
     while not stop.is_set():
         try:
             if store.wait_for_pass(C.WAKE_WAIT_S):
                 jobs.run_pass(store, name)
             frozen.keep(store.whole_reads)
-            if down:
-                log.info("waker_resumed")
-                down = False
+            outage.over()
         except (redis.ConnectionError, redis.TimeoutError) as e:
-            # Redis away: said once; the signal waits in Redis (or the sweep's pass comes) until it is back
-            if not down:
-                log.warning("waker_failed", error=str(e)[:200], redis_unavailable=True)
-                down = True
+            outage.began(e)  # the signal waits in Redis (or the sweep's pass comes) until it is back
             stop.wait(C.RQ_RESTART_S)
         except Exception:  # a pass that fails otherwise: the next signal, or the sweep's pass, tries again
             log.exception("wake_pass_failed")
+
+
+class Outage:
+    """Redis away from one of a worker's loops, said once as one line (``{loop}_failed``), not a traceback
+    each time round, and once again when it is back (``{loop}_resumed``)."""
+
+    def __init__(self, loop: str) -> None:
+        self.loop = loop
+        self.down = False
+
+    def began(self, error: Exception) -> None:
+        if not self.down:
+            log.warning(f"{self.loop}_failed", error=str(error)[:200], redis_unavailable=True)
+            self.down = True
+
+    def over(self) -> None:
+        if self.down:
+            log.info(f"{self.loop}_resumed")
+            self.down = False
 
 
 class Frozen:
@@ -173,19 +187,14 @@ def worker_name() -> str:
 
 def _maintain(url: str, keys: Keys, stop: threading.Event) -> None:
     store = Store(connect(url), keys)
-    down = False
+    outage = Outage("maintenance")
     while not stop.wait(C.MAINTENANCE_INTERVAL_S):
         try:
             sweep(store)
             metrics.flush(store.redis, keys)
-            if down:
-                log.info("maintenance_resumed")
-                down = False
+            outage.over()
         except (redis.ConnectionError, redis.TimeoutError) as e:
-            # Redis away: said once, as one line, not a traceback every interval until it is back
-            if not down:
-                log.warning("maintenance_failed", error=str(e)[:200], redis_unavailable=True)
-                down = True
+            outage.began(e)
         except Exception:  # a sweep that fails otherwise is tried again next interval
             log.exception("maintenance_failed")
 
