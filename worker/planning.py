@@ -12,13 +12,14 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from planner.decide import Hold, JobPlan, Outcome, Running, Wait, plan_job
+from worker import calls as calls_
 from worker import constants as C
 from worker import logs, metrics
 from worker.classes import class_of, waits_on
 from worker.config import estimate
 from worker.errors import BadRecord
 from worker.keys import hold_id, nomination_id
-from worker.pool import HoldSpec, Snapshot
+from worker.pool import HoldSpec, Snapshot, Staged
 from worker.records import (
     JobRecord,
     JobState,
@@ -28,6 +29,7 @@ from worker.records import (
     WaitRecord,
     utcnow,
 )
+from worker.store import Outcome as Answer
 from worker.store import Store, now_ms
 
 log = logs.get_logger("modelplan.worker")
@@ -236,6 +238,49 @@ def commit(store: Store, rec: JobRecord, change: Change, snap: Snapshot) -> tupl
         clear=change.clear,
     )
     metrics.observe("commit_seconds", time.perf_counter() - started)
+    return _committed(store, change, out, snap)
+
+
+def commit_all(
+    store: Store, changes: Sequence[tuple[JobRecord, Change, Staged]], snap: Snapshot
+) -> list[tuple[str, JobRecord | None]]:
+    """``commit`` for several jobs' changes in one round trip, each committed or refused on its own. Each
+    was staged in ``snap`` as it was planned (``Snapshot.stage``), so that the plans after it counted it;
+    each refused is taken back (and all of them if the round trip fails)."""
+    started = time.perf_counter()
+    calls = [
+        calls_.transition_call(
+            store.keys,
+            rec,
+            change.new,
+            reason=change.new.reason,
+            score=change.score,
+            pending=change.pending,
+            epoch=snap.epoch,
+            place=change.place,
+            clear=change.clear,
+        )
+        for rec, change, _ in changes
+    ]
+    try:
+        outs = store.transitions(calls)
+    except BaseException:
+        for _, _, staged in reversed(changes):
+            snap.unstage(staged)  # what did commit comes back with the pool's changes
+        raise
+    metrics.observe("commit_seconds", time.perf_counter() - started)
+    done = []
+    for (_, change, staged), out in zip(changes, outs, strict=True):
+        if not out.ok:
+            snap.unstage(staged)
+        done.append(_committed(store, change, out, snap))
+    return done
+
+
+def _committed(store: Store, change: Change, out: Answer, snap: Snapshot) -> tuple[str, JobRecord | None]:
+    """What a commit's answer means: ``("ok", new)``, counted in ``snap`` and logged; or the script's code
+    and None."""
+    new = change.new
     if not out.ok:
         if out.code not in ("stale", "gone"):
             metrics.count("commit_conflicts")

@@ -266,6 +266,19 @@ class Snapshot:
         for node_id in touched:
             self._replot(node_id)
 
+    def stage(self, written: Sequence[HoldSpec], cleared: Sequence[tuple[str, str, str]]) -> Staged:
+        """``apply`` a commit about to be sent, so that the plans made before it is answered see it; what
+        ``unstage`` needs to take it back if it is refused."""
+        before = [(n, hid, self.held.get(n, {}).get(hid)) for n, hid, _ in cleared]
+        before += [(h.node_id, h.hold_id, self.held.get(h.node_id, {}).get(h.hold_id)) for h in written]
+        self.apply(written, cleared)
+        return before
+
+    def unstage(self, before: Staged) -> None:
+        """Take back a commit staged and then refused: each hold it touched as it was."""
+        for node_id, hid, held in reversed(before):
+            self.set_hold(node_id, hid, held)
+
     # --- kept up to date from the pool's change stream (``worker.store``'s mirror) --------------------------
 
     def copy(self) -> Snapshot:
@@ -305,6 +318,9 @@ class Snapshot:
         self._note(node_id, hold_id, old, held)
         self._replot(node_id)
 
+
+Staged = list[tuple[str, str, Held | None]]
+"""What a staged commit changed: each hold it touched (node, hold id) with what it was before."""
 
 NEVER = 1 << 62
 """When a node with no TTL lapses (a record written by hand): never."""

@@ -364,6 +364,24 @@ class Store:
         code, detail, wake = script(self.redis, "transition")(keys=keys, args=args)
         return Outcome(text(code), text(detail), int(wake) == 1)
 
+    def transitions(self, calls: Sequence[calls_.Call]) -> list[Outcome]:
+        """Several ``transition.lua`` calls (each as ``calls.transition_call`` builds it) in one round trip,
+        each committed or refused on its own, as ``transition`` would one after another."""
+        run = script(self.redis, "transition")
+        with self.redis.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                pipe.evalsha(run.sha, len(keys), *keys, *args)
+            replies = pipe.execute(raise_on_error=False)
+        out = []
+        for (keys, args), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, redis.exceptions.NoScriptError):  # the server lost its scripts: it ran nothing
+                reply = run(keys=keys, args=args)
+            elif isinstance(reply, Exception):
+                raise reply
+            code, detail, wake = reply
+            out.append(Outcome(text(code), text(detail), int(wake) == 1))
+        return out
+
     def take_wake(self, full: bool) -> tuple[set[str], list[tuple[str, JobRecord | BadRecord | None]]]:
         """A wake-up pass starts (``take_wake.lua``): the classes freed since the last pass, and the
         pending jobs that capacity freed there could serve (every pending job, ``full``), in priority then

@@ -9,8 +9,8 @@ from planner.decide import Hold, JobPlan, nominate, same_layout, take
 from worker import constants as C
 from worker import logs, metrics
 from worker.errors import BadRecord
-from worker.planning import Change, change_for, commit, nominated_cards, plan_for, readable_job
-from worker.pool import Snapshot
+from worker.planning import Change, change_for, commit, commit_all, nominated_cards, plan_for, readable_job
+from worker.pool import Snapshot, Staged
 from worker.records import JobRecord, utcnow
 from worker.store import Store
 
@@ -49,35 +49,49 @@ def wake_pass(store: Store, full: bool = False) -> int:
             log.info("wake_pass", classes=sorted(classes), full=full, considered=0, moved=0)
         return 0
     snap = store.recent_snapshot(C.SNAPSHOT_REUSE_S)
-    moved = 0
     heads: set[str] = set()
+    # each job planned in turn on what the ones before it take, and all committed in one round trip
+    batch: list[tuple[JobRecord, Change, Staged]] = []
     for job_id, rec in wanted:
         if isinstance(rec, BadRecord):
             store.fail_unreadable_job(job_id, rec)
             continue
         if rec is None or not rec.pending:
             continue
-        for _ in range(2):
-            plan = plan_for(rec, snap)
-            nomination, lapsed = _nomination(rec, plan, snap, heads)
-            change = change_for(rec, plan, nomination, lapsed=lapsed)
-            if _unchanged(rec, change):
-                break
-            code, new = commit(store, rec, change, snap)
-            if new is not None:
-                moved += len(change.place) - len(nomination or ())
-                nodes = {h.node_id for h in change.place if not h.nominated} & snap.records.keys()
-                metrics.wake_latencies((snap.records[n].received_at for n in nodes), new.updated_at)
-                break
-            if code in ("stale", "gone"):
-                break
-            snap = store.snapshot()
-            fresh = readable_job(store, rec.job_id)
-            if fresh is None or not fresh.pending:
-                break
-            rec = fresh
+        change = _change(rec, snap, heads)
+        if change is not None:
+            batch.append((rec, change, snap.stage(change.place, change.clear)))
+    moved = 0
+    again = []
+    for (rec, change, _), (code, new) in zip(batch, commit_all(store, batch, snap) if batch else [], strict=True):
+        if new is not None:
+            moved += _placed(change, new, snap)
+        elif code not in ("stale", "gone"):
+            again.append(rec)
+    for rec in again:  # its nodes were not as the mirror had them: once more, alone, on the pool as it is now
+        snap = store.snapshot()
+        fresh = readable_job(store, rec.job_id)
+        change = _change(fresh, snap, heads) if fresh is not None and fresh.pending else None
+        if fresh is not None and change is not None:
+            _, new = commit(store, fresh, change, snap)
+            moved += _placed(change, new, snap) if new is not None else 0
     log.info("wake_pass", classes=sorted(classes), full=full, considered=len(wanted), moved=moved)
     return moved
+
+
+def _change(rec: JobRecord, snap: Snapshot, heads: set[str]) -> Change | None:
+    """What a pass makes of a pending job on ``snap``: None when it only restates the record."""
+    plan = plan_for(rec, snap)
+    nomination, lapsed = _nomination(rec, plan, snap, heads)
+    change = change_for(rec, plan, nomination, lapsed=lapsed)
+    return None if _unchanged(rec, change) else change
+
+
+def _placed(change: Change, new: JobRecord, snap: Snapshot) -> int:
+    """The replicas a committed change placed or moved (its nomination aside), with their wake-up latency."""
+    nodes = {h.node_id for h in change.place if not h.nominated} & snap.records.keys()
+    metrics.wake_latencies((snap.records[n].received_at for n in nodes), new.updated_at)
+    return sum(1 for h in change.place if not h.nominated)
 
 
 def _nomination(rec: JobRecord, plan: JobPlan, snap: Snapshot, heads: set[str]) -> tuple[tuple[Hold, ...] | None, bool]:

@@ -4,17 +4,21 @@ capacity, and runs the wake-up pass itself, with no RQ job, one at a time with t
 from __future__ import annotations
 
 import gc
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from producer import Client
 from tests.worker.helpers import drain, hb, queued_functions, request, signalled
+from tests.worker.test_fallbacks_replicas import big_request
 from worker import constants as C
 from worker import jobs, runner
 from worker.records import JobState
+from worker.scripts import text
 from worker.store import Store
 
 WITHIN_S = 10.0
@@ -171,3 +175,53 @@ def test_the_collector_is_kept_off_what_a_worker_holds(monkeypatch: pytest.Monke
         assert gc.get_freeze_count() > 0  # the pool was read whole again
     finally:
         gc.unfreeze()
+
+
+def test_a_pass_commits_what_it_places_in_one_round_trip(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two cards freed in one call: the pass plans the second job on what the first takes, and sends both
+    commits at once."""
+    client.heartbeats([hb("gpu-1", gpus=1, free=0, seq=1), hb("gpu-2", gpus=1, free=0, seq=1)])
+    jobs_ = [client.submit(request()) for _ in range(2)]
+    drain(client)
+    assert [client.get(j).state for j in jobs_] == [JobState.WAITING] * 2
+    store = jobs.store_for(client.redis, client.keys.prefix)
+    sent: list[int] = []
+    transitions = store.transitions
+
+    def counted(calls: list[Any]) -> Any:
+        sent.append(len(calls))
+        return transitions(calls)
+
+    monkeypatch.setattr(store, "transitions", counted)
+    client.heartbeats([hb("gpu-1", gpus=1, free=1, seq=2), hb("gpu-2", gpus=1, free=1, seq=2)])
+    assert runner.run_passes(store, "test")
+    recs = [client.get(j) for j in jobs_]
+    assert [r.state for r in recs] == [JobState.PLACED] * 2
+    assert sorted(r.placement[0].node_id for r in recs) == ["gpu-1", "gpu-2"]
+    assert sent == [2]
+
+
+def test_a_commit_refused_in_a_pass_leaves_the_mirror_as_redis_is(client: Client) -> None:
+    """The mirror counted a node's cards free that were not (a record written outside the scripts): the
+    commit staged on it, which also let go the job's hold on another node, is refused and taken back
+    whole, and the job waits with its hold as before."""
+    client.heartbeat(hb("gpu-big", gpus=8, seq=1))
+    small = [client.submit(request()) for _ in range(8)]
+    drain(client)
+    big = client.submit(big_request())
+    drain(client)
+    client.release(small[0])
+    drain(client)
+    held = client.get(big).nomination
+    assert held is not None and [h.node_id for h in held.holds] == ["gpu-big"]
+    store = jobs.store_for(client.redis, client.keys.prefix)
+    client.heartbeat(hb("gpu-new", gpus=8, seq=1))  # joins: signals a pass over every pending job
+    assert store.snapshot().records["gpu-new"].free_gpus == 8
+    taken = {**hb("gpu-new", gpus=8, free=0, seq=2), "schema_version": 1, "received_at": "2026-01-01T00:00:00Z"}
+    client.redis.set(client.keys.node("gpu-new"), json.dumps(taken, separators=(",", ":")), px=60_000)
+    assert runner.run_passes(store, "test")
+    rec = client.get(big)
+    assert rec.state is JobState.WAITING and rec.nomination is not None
+    for node in ("gpu-big", "gpu-new"):
+        in_redis = {text(k) for k in client.redis.hkeys(client.keys.held(node))}
+        assert set(store.snapshot().held.get(node, {})) == in_redis, node
