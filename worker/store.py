@@ -18,7 +18,8 @@ from worker import calls as calls_
 from worker import constants as C
 from worker import logs, poolread, quarantine
 from worker.errors import BadRecord
-from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold, planning_job_id
+from worker.handoffs import Handoffs
+from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold
 from worker.pool import UNREADABLE, Held, HoldSpec, Mirror, Snapshot, parse_cache
 from worker.queueing import planning_queue
 from worker.records import Heartbeat, JobRecord, JobState, NodeRecord, read_record, utcnow
@@ -53,7 +54,7 @@ class Outcome:
         return self.code == "ok"
 
 
-class Store:
+class Store(Handoffs):
     """One Redis connection's view of modelplan's state under one prefix."""
 
     def __init__(self, client: redis.Redis, keys: Keys | None = None) -> None:
@@ -397,25 +398,6 @@ class Store:
         ]
         return {text(c) for c in classes}, picked
 
-    def signal_pass(self, full: bool = False) -> None:
-        """Signal a wake-up pass (``full``: over every pending job, not only the woken classes), as the
-        scripts do when they free capacity: a token on ``wake:signal``, one at most."""
-        k = self.keys
-        with self.redis.pipeline(transaction=True) as pipe:
-            if full:
-                pipe.sadd(k.wake_classes, "*")
-            pipe.rpush(k.wake_signal, "1")
-            pipe.ltrim(k.wake_signal, 0, 0)
-            pipe.execute()
-
-    def wait_for_pass(self, timeout_s: float) -> bool:
-        """Take the token on ``wake:signal``, waiting up to ``timeout_s`` for one (0: not at all): True when
-        a wake-up pass is due."""
-        k = self.keys
-        if timeout_s <= 0:
-            return self.redis.lpop(k.wake_signal) is not None
-        return self.redis.blpop([k.wake_signal], timeout=timeout_s) is not None
-
     def recount_pending(self) -> int:
         """Count ``pending:classes`` anew from ``pending:for``, in one step; the number of pending jobs."""
         k = self.keys
@@ -423,29 +405,3 @@ class Store:
 
     def next_seq(self) -> int:
         return int(self.redis.incr(self.keys.seq))
-
-    # --- the queue ----------------------------------------------------------------------------------------
-
-    def _enqueue(self, func: str, *args: Any, **options: Any) -> None:
-        self.queue.enqueue_call(
-            f"worker.jobs.{func}",
-            args=(self.keys.prefix, *args),
-            timeout=C.RQ_JOB_TIMEOUT_S,
-            result_ttl=0,
-            failure_ttl=C.RQ_FAILURE_TTL_S,
-            **options,
-        )
-
-    def enqueue_plan(self, job_id: str, pipeline: Any = None) -> None:
-        """Queue a planning job for ``job_id`` (in ``pipeline``'s transaction if one is given)."""
-        self._enqueue("plan_job", job_id, job_id=planning_job_id(job_id), pipeline=pipeline)
-
-    def hand_off_silent(self, node_id: str, until_ms: int) -> None:
-        """Queue a ``node_silent`` task for a silent node that held jobs, at the front, and move the node's
-        score in ``nodes`` on to ``until_ms`` (unless a heartbeat moved it further), so that the sweeps
-        meanwhile leave it to that task."""
-        self.redis.zadd(self.keys.nodes, {node_id: until_ms}, xx=True, gt=True)
-        self._enqueue("node_silent", node_id, at_front=True)
-
-    def enqueue_restart(self, node_id: str, boot_id: str) -> None:
-        self._enqueue("node_restarted", node_id, boot_id, at_front=True)

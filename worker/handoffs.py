@@ -1,0 +1,68 @@
+"""What a store hands on to the workers: tasks on the planning queue (RQ jobs), and the wake-up signal
+(``wake:signal``) that a worker's waker takes. ``Store`` has these as its own; kept apart from its reads
+and commits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from rq import Queue
+
+from worker import constants as C
+from worker.keys import Keys, planning_job_id
+
+
+class Handoffs:
+    """The queue and the wake-up signal of one prefix, for ``Store``."""
+
+    redis: redis.Redis
+    keys: Keys
+    queue: Queue
+
+    # --- the wake-up signal ---------------------------------------------------------------------------
+
+    def signal_pass(self, full: bool = False) -> None:
+        """Signal a wake-up pass (``full``: over every pending job, not only the woken classes), as the
+        scripts do when they free capacity: a token on ``wake:signal``, one at most."""
+        k = self.keys
+        with self.redis.pipeline(transaction=True) as pipe:
+            if full:
+                pipe.sadd(k.wake_classes, "*")
+            pipe.rpush(k.wake_signal, "1")
+            pipe.ltrim(k.wake_signal, 0, 0)
+            pipe.execute()
+
+    def wait_for_pass(self, timeout_s: float) -> bool:
+        """Take the token on ``wake:signal``, waiting up to ``timeout_s`` for one (0: not at all): True when
+        a wake-up pass is due."""
+        k = self.keys
+        if timeout_s <= 0:
+            return self.redis.lpop(k.wake_signal) is not None
+        return self.redis.blpop([k.wake_signal], timeout=timeout_s) is not None
+
+    # --- the queue ----------------------------------------------------------------------------------------
+
+    def _enqueue(self, func: str, *args: Any, **options: Any) -> None:
+        self.queue.enqueue_call(
+            f"worker.jobs.{func}",
+            args=(self.keys.prefix, *args),
+            timeout=C.RQ_JOB_TIMEOUT_S,
+            result_ttl=0,
+            failure_ttl=C.RQ_FAILURE_TTL_S,
+            **options,
+        )
+
+    def enqueue_plan(self, job_id: str, pipeline: Any = None) -> None:
+        """Queue a planning job for ``job_id`` (in ``pipeline``'s transaction if one is given)."""
+        self._enqueue("plan_job", job_id, job_id=planning_job_id(job_id), pipeline=pipeline)
+
+    def hand_off_silent(self, node_id: str, until_ms: int) -> None:
+        """Queue a ``node_silent`` task for a silent node that held jobs, at the front, and move the node's
+        score in ``nodes`` on to ``until_ms`` (unless a heartbeat moved it further), so that the sweeps
+        meanwhile leave it to that task."""
+        self.redis.zadd(self.keys.nodes, {node_id: until_ms}, xx=True, gt=True)
+        self._enqueue("node_silent", node_id, at_front=True)
+
+    def enqueue_restart(self, node_id: str, boot_id: str) -> None:
+        self._enqueue("node_restarted", node_id, boot_id, at_front=True)
