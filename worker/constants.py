@@ -18,14 +18,16 @@ LEASE_MS = 10_000
 taken for dead and the job is planned again by another, well within 30 s."""
 
 MAINTENANCE_INTERVAL_S = 2.0
+"""How often a worker looks for expired leases, silent nodes and stalled jobs. Only one worker at a time
+does it (a lock), so more workers do not mean more sweeps."""
+
 HEARTBEAT_BATCH = 200
 """Heartbeats stored by one ``heartbeat.lua`` call: a relay's batch is split into calls of this many, so
 that no one call holds Redis for long."""
+
 SILENT_HANDOFF_MS = 10_000
 """A silent node that held jobs is handed to a worker on the queue (its jobs planned again on that worker's
 mirror of the pool), and not handed again for this long: again only if that worker died before it was done."""
-"""How often a worker looks for expired leases, silent nodes and stalled jobs. Only one worker at a time
-does it (a lock), so more workers do not mean more sweeps."""
 
 MAINTENANCE_LOCK_MS = 1_500
 """The maintenance lock's life: shorter than the interval, so a dead worker's lock never stops the next."""
