@@ -21,12 +21,12 @@ Call = tuple[list[str], list[Any]]
 
 
 def heartbeat_call(k: Keys, beats: Sequence[tuple[Heartbeat, str]]) -> Call:
-    """``heartbeat.lua`` storing ``beats`` (each with its stored record's JSON)."""
+    """``heartbeat.lua`` storing ``beats`` (each with its stored record's JSON, ``records.stored_json``):
+    each node's id and record alone, the script reading the rest from the record where it needs it."""
     keys = [k.nodes, k.epoch, k.wake_signal, k.wake_classes, k.pool_changes, k.pending_classes]
-    args: list[Any] = [C.NODE_TTL_MS, C.POOL_CHANGES_MAXLEN]
+    args: list[Any] = [C.NODE_TTL_MS, C.POOL_CHANGES_MAXLEN, k.node_prefix, k.held_prefix]
     for hb, raw in beats:
-        keys += [k.node(hb.node_id), k.held(hb.node_id)]
-        args += [hb.node_id, raw, hb.seq, hb.boot_id, hb.gpu_class, hb.free_gpus, hb.host_free_gb]
+        args += [hb.node_id, raw]
     return keys, args
 
 

@@ -178,11 +178,22 @@ class Keys:
         return f"{self._p}node:{check_id(node_id, 'node_id')}"
 
     @property
+    def node_prefix(self) -> str:
+        """What every ``node:{node_id}`` key starts with: ``heartbeat.lua`` is given each node's id, not its
+        keys, so that a relay's batch sends two arguments a node."""
+        return f"{self._p}node:"
+
+    @property
     def nodes(self) -> str:
         return f"{self._p}nodes"
 
     def held(self, node_id: str) -> str:
         return f"{self._p}held:{check_id(node_id, 'node_id')}"
+
+    @property
+    def held_prefix(self) -> str:
+        """What every ``held:{node_id}`` key starts with (``heartbeat.lua``, as ``node_prefix``)."""
+        return f"{self._p}held:"
 
     @property
     def held_nodes(self) -> str:

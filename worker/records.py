@@ -77,9 +77,11 @@ class Heartbeat(NodeReport):
     report already counts as in use, so that they are not subtracted from what is free a second time.
     """
 
-    seq: int = Field(ge=0, le=2**53)
     boot_id: str = Field(pattern=ID_PATTERN)
     started: tuple[str, ...] = Field(default=(), max_length=MAX_STARTED)
+    seq: int = Field(ge=0, le=2**53)
+    """Last of the report's fields, so that a stored record is what a plan reads, then the seq, then when
+    it arrived: ``heartbeat.lua`` tells a refresh from the text before the seq."""
 
     @field_validator("started")
     @classmethod

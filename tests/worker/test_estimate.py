@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,13 +12,6 @@ from tests.worker.helpers import drain, hb, request
 from worker import config
 from worker.config import ESTIMATE_ENV
 from worker.records import JobState, parse_request
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
 
 
 def placed_estimate(client: Client, **kw: Any) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,13 +13,6 @@ from worker import constants as C
 from worker import maintenance
 from worker.records import JobRecord, JobState, ServeRequest, parse_request
 from worker.scripts import text
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
 
 
 def states_seen(client: Client, job_id: str) -> list[str]:

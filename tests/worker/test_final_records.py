@@ -3,8 +3,6 @@ that ran, and its record and summary say, in the past, where each replica was an
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from producer import Client
@@ -13,13 +11,6 @@ from tests.worker.helpers import drain, hb, request, whole_state
 from worker import maintenance
 from worker.errors import StillRunning, WrongState
 from worker.records import JobState
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
 
 
 def test_a_partly_placed_job_is_not_cancelled_but_released(client: Client) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -112,13 +111,6 @@ def test_a_bad_request_is_refused(change: dict[str, Any], message: str) -> None:
     data = {**request().model_dump(mode="json"), **change}
     with pytest.raises(InvalidInput, match=message):
         parse_request(data)
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
 
 
 def test_a_bad_submit_stores_nothing(client: Client) -> None:

@@ -7,7 +7,6 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,13 +28,6 @@ from worker import maintenance, planning
 from worker.errors import JobExists, JobNotFound, WrongState
 from worker.keys import planning_job_id
 from worker.records import JobState, NodeRecord, parse_heartbeat, utcnow
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
 
 
 def test_placed_on_a_free_card(client: Client) -> None:

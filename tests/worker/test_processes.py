@@ -6,10 +6,8 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import redis
 
 from producer import Client
@@ -22,13 +20,6 @@ from worker.scripts import text
 
 NODES = [f"gpu-{i}" for i in range(5)]
 CARDS = 4  # 5 nodes x 4 cards: 20 cards
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
 
 
 def wait_for(check: object, timeout: float, what: str) -> float:

@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +18,6 @@ from tests.worker.processes import WorkerProcess
 from worker import constants as C
 from worker.requests import FAULT_PAUSE_ENV, Consumer
 from worker.scripts import text
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
 
 
 def consumer(client: Client, name: str = "w1") -> Consumer:

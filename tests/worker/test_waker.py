@@ -25,13 +25,6 @@ WITHIN_S = 10.0
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
-
-
-@pytest.fixture
 def waker(client: Client) -> Iterator[tuple[Store, threading.Thread, threading.Event]]:
     """A waker thread on the store this process's jobs use, as ``modelplan worker`` starts one."""
     store = jobs.store_for(client.redis, client.keys.prefix)
