@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -342,7 +342,22 @@ class Mirror:
         """When it was last brought up to date (this process's monotonic clock)."""
         self.pool = Snapshot("0", {}, {})
         self._lapses: dict[str, int] = {}
-        self._heap: list[tuple[int, str]] = []
+        """When each node's heartbeat lapses, as last heard."""
+        self._due: list[tuple[int, int, str]] = []
+        """A heap of lapses to check (when, in what order they came, the nodes' ids space-separated): a
+        refreshed batch's is one entry, so that what a refresh costs is a dict entry set, not a heap entry
+        moved. A node is in one at its latest lapse, and perhaps in earlier ones, passed over when due."""
+        self._order = 0
+
+    def copy(self) -> Mirror:
+        """A mirror of its own, to bring up to date apart from this one."""
+        other = Mirror(self.last_id, 0)
+        other.read_at = self.read_at
+        other.pool = self.pool.copy()
+        other._lapses = dict(self._lapses)
+        other._due = list(self._due)
+        other._order = self._order
+        return other
 
     def continues(self, info: dict[str, Any]) -> bool:
         """Whether ``pool:changes`` (as ``XINFO STREAM`` describes it) still holds every change past
@@ -359,34 +374,30 @@ class Mirror:
         return stream_id(first_id) <= stream_id(self.last_id)
 
     def expires(self, node_id: str, at_ms: int) -> None:
-        """A node's heartbeat lapses at ``at_ms`` (it published, or was read). The heap holds one entry a
-        node, pushed back when it comes due (``expire``), so that it does not grow with every refresh."""
-        known = self._lapses.get(node_id)
+        """A node's heartbeat lapses at ``at_ms`` (it published, or was read)."""
         self._lapses[node_id] = at_ms
-        if known is None or at_ms < known:
-            heapq.heappush(self._heap, (at_ms, node_id))
+        self._check_at(at_ms, node_id)
 
-    def refreshed(self, node_ids: Iterable[str], at_ms: int) -> None:
-        """``expires`` for each of ``node_ids`` the mirror holds (a batch of refreshes, lapsing later than
-        each node's last heartbeat did), in bulk: a node it does not hold (its record did not parse) stays
-        out until a heartbeat changes it."""
+    def refreshed(self, node_ids: str, at_ms: int) -> None:
+        """``expires`` for each node of ``node_ids`` (space-separated, as a stream entry names a call's
+        refreshes) the mirror holds: a node it does not hold (its record did not parse) stays out until a
+        heartbeat changes it."""
         lapses = self._lapses
-        held = lapses.keys() & set(node_ids)
-        later = [n for n in held if lapses[n] > at_ms]  # a shorter TTL than before: due sooner
-        lapses.update(dict.fromkeys(held, at_ms))
-        for node_id in later:
-            heapq.heappush(self._heap, (at_ms, node_id))
+        for node_id in node_ids.split(" "):
+            if node_id in lapses:
+                lapses[node_id] = at_ms
+        self._check_at(at_ms, node_ids)
+
+    def _check_at(self, at_ms: int, node_ids: str) -> None:
+        self._order += 1
+        heapq.heappush(self._due, (at_ms, self._order, node_ids))
 
     def expire(self, server_ms: int) -> None:
         """Leave out every node whose heartbeat has lapsed by ``server_ms``, as its key has in Redis."""
-        heap = self._heap
-        while heap and heap[0][0] <= server_ms:
-            at, node_id = heapq.heappop(heap)
-            lapse = self._lapses.get(node_id)
-            if lapse is None:
-                continue
-            if lapse <= server_ms:
-                del self._lapses[node_id]
-                self.pool.drop_node(node_id)
-            elif lapse != at:  # published since: due again at its new lapse
-                heapq.heappush(heap, (lapse, node_id))
+        due, lapses = self._due, self._lapses
+        while due and due[0][0] <= server_ms:
+            for node_id in heapq.heappop(due)[2].split(" "):
+                lapse = lapses.get(node_id)
+                if lapse is not None and lapse <= server_ms:  # else published since: due at its new lapse
+                    del lapses[node_id]
+                    self.pool.drop_node(node_id)

@@ -173,7 +173,7 @@ def _apply_change(store: Store, mirror: Mirror, entry_id: str, fields: dict[Any,
         # a call's refreshes: the nodes report what they did, and only when their heartbeats lapse moves. A
         # node the mirror does not hold (its record did not parse) stays out until a heartbeat changes it
         lapse = int(entry_id.split("-", 1)[0]) + int(text(fields.get(b"t", b"0")) or 0)
-        mirror.refreshed(text(fields[b"ns"]).split(" "), lapse)
+        mirror.refreshed(text(fields[b"ns"]), lapse)
         return
     node_id = text(fields.get(b"n", b""))
     if not ID_PATTERN.fullmatch(node_id):

@@ -23,7 +23,7 @@ import structlog
 
 from producer import cli
 from worker import jobs, poolread
-from worker.pool import Mirror, Snapshot
+from worker.pool import Snapshot
 from worker.store import Store
 
 ASK_POLL_S = 0.02
@@ -60,10 +60,7 @@ def next_view(conn: redis.Redis) -> dict[str, Any] | None:
     assert mirror is not None
     for attempt in range(COPY_TRIES):
         try:
-            copy = Mirror(mirror.last_id, 0)
-            copy.pool = mirror.pool.copy()
-            copy._lapses = dict(mirror._lapses)
-            copy._heap = list(mirror._heap)
+            copy = mirror.copy()
             break
         except RuntimeError:  # a dict changed size while copied
             if attempt == COPY_TRIES - 1:

@@ -231,10 +231,10 @@ def test_a_batch_of_refreshes_moves_the_lapses_of_the_nodes_held_only() -> None:
     for node in ("a", "b"):
         mirror.pool.put_node(node, parsed(node))
         mirror.expires(node, 1_000)
-    mirror.refreshed(["a", "stranger"], 5_000)
+    mirror.refreshed("a stranger", 5_000)
     mirror.expire(1_000)
     assert sorted(mirror.pool.records) == ["a"]
-    mirror.refreshed(["a"], 3_000)  # a shorter TTL: due sooner, not at 5,000
+    mirror.refreshed("a", 3_000)  # a shorter TTL: due sooner, not at 5,000
     mirror.expire(3_000)
     assert mirror.pool.records == {} and "stranger" not in mirror._lapses
 
@@ -242,7 +242,7 @@ def test_a_batch_of_refreshes_moves_the_lapses_of_the_nodes_held_only() -> None:
 def test_a_refreshed_node_still_lapses_when_its_refreshes_stop() -> None:
     mirror = Mirror("1-0", 0)
     mirror.pool.put_node("a", parsed("a"))
-    for at in (1_000, 2_000, 3_000):  # refreshes: one entry on the heap, moved on when it comes due
+    for at in (1_000, 2_000, 3_000):  # published again: due at the last, passed over at the ones before
         mirror.expires("a", at)
     mirror.expire(2_500)
     assert sorted(mirror.pool.records) == ["a"]
