@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from planner.quantconfig import original_bits
 
@@ -57,6 +58,7 @@ def bits_of(quant: str) -> float:
     return QUANT_BITS.get(quant.upper(), 0.0) or original_bits(quant.lower())
 
 
+@lru_cache(maxsize=4096)  # a fleet has a few labels, and every heartbeat's validation reads one
 def mem_from_class(gpu_class: str) -> int:
     """The card size in GiB in a class label such as ``h100-80g``: the part after the last ``-``, digits
     followed by ``g`` (the seed's ``MemFromClass`` reads ``%dg``), which may go on as ``gb``, ``gib`` or

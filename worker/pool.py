@@ -5,12 +5,9 @@ holds and adjusts what was read.
 
 from __future__ import annotations
 
-import heapq
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from itertools import compress, repeat
-from typing import Any
 
 from planner import PoolNode
 from planner.index import PoolIndex
@@ -322,83 +319,3 @@ class Snapshot:
 
 Staged = list[tuple[str, str, Held | None]]
 """What a staged commit changed: each hold it touched (node, hold id) with what it was before."""
-
-NEVER = 1 << 62
-"""When a node with no TTL lapses (a record written by hand): never."""
-
-
-def stream_id(value: str) -> tuple[int, int]:
-    ms, _, seq = value.partition("-")
-    return int(ms), int(seq or 0)
-
-
-class Mirror:
-    """A worker's pool in memory: the pool as plans see it (``pool``), how far it has read ``pool:changes``
-    (``last_id``), and when each node's heartbeat lapses, by the Redis server's clock. ``worker.store``
-    reads Redis and feeds it; this only keeps it."""
-
-    def __init__(self, last_id: str, server_ms: int) -> None:
-        self.last_id = last_id
-        self.read_at = 0.0
-        """When it was last brought up to date (this process's monotonic clock)."""
-        self.pool = Snapshot("0", {}, {})
-        self._lapses: dict[str, int] = {}
-        """When each node's heartbeat lapses, as last heard."""
-        self._due: list[tuple[int, int, str]] = []
-        """A heap of lapses to check (when, in what order they came, the nodes' ids space-separated): a
-        refreshed batch's is one entry, so that what a refresh costs is a dict entry set, not a heap entry
-        moved. A node is in one at its latest lapse, and perhaps in earlier ones, passed over when due."""
-        self._order = 0
-
-    def copy(self) -> Mirror:
-        """A mirror of its own, to bring up to date apart from this one."""
-        other = Mirror(self.last_id, 0)
-        other.read_at = self.read_at
-        other.pool = self.pool.copy()
-        other._lapses = dict(self._lapses)
-        other._due = list(self._due)
-        other._order = self._order
-        return other
-
-    def continues(self, info: dict[str, Any]) -> bool:
-        """Whether ``pool:changes`` (as ``XINFO STREAM`` describes it) still holds every change past
-        ``last_id``: False when it was trimmed past it, or made anew (a Redis restart lost it)."""
-        first = info.get("recorded-first-entry-id")
-        if self.last_id == "0-0":
-            return bool(info.get("entries-added", 0) == info.get("length", 0))
-        if first is None:
-            return False
-        first_id = first.decode() if isinstance(first, bytes) else str(first)
-        if first_id == "0-0":  # empty: it holds every change past ours only if none was added since
-            last = info.get("last-generated-id") or "0-0"
-            return stream_id(last.decode() if isinstance(last, bytes) else str(last)) <= stream_id(self.last_id)
-        return stream_id(first_id) <= stream_id(self.last_id)
-
-    def expires(self, node_id: str, at_ms: int) -> None:
-        """A node's heartbeat lapses at ``at_ms`` (it published, or was read)."""
-        self._lapses[node_id] = at_ms
-        self._check_at(at_ms, node_id)
-
-    def refreshed(self, node_ids: str, at_ms: int) -> None:
-        """``expires`` for each node of ``node_ids`` (space-separated, as a stream entry names a call's
-        refreshes) the mirror holds: a node it does not hold (its record did not parse) stays out until a
-        heartbeat changes it."""
-        lapses = self._lapses
-        lapses.update(dict.fromkeys(lapses.keys() & node_ids.split(" "), at_ms))
-        self._check_at(at_ms, node_ids)
-
-    def _check_at(self, at_ms: int, node_ids: str) -> None:
-        self._order += 1
-        heapq.heappush(self._due, (at_ms, self._order, node_ids))
-
-    def expire(self, server_ms: int) -> None:
-        """Leave out every node whose heartbeat has lapsed by ``server_ms``, as its key has in Redis."""
-        due, lapses = self._due, self._lapses
-        while due and due[0][0] <= server_ms:
-            ids = heapq.heappop(due)[2].split(" ")
-            # most were published since, and are due at their new lapse: the ones that were not are picked
-            # out in C, a batch at a time (a node the mirror does not hold counts as never lapsing)
-            lapsed = compress(ids, map(server_ms.__ge__, map(lapses.get, ids, repeat(NEVER))))
-            for node_id in lapsed:
-                del lapses[node_id]
-                self.pool.drop_node(node_id)

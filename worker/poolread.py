@@ -1,4 +1,4 @@
-"""Reading the pool from Redis into a worker's mirror (``worker.pool.Mirror``): the whole of it, what
+"""Reading the pool from Redis into a worker's mirror (``worker.mirror.Mirror``): the whole of it, what
 changed since the mirror's last read (``pool:changes``), or one node afresh."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from worker import constants as C
 from worker import logs
 from worker.errors import BadRecord
 from worker.keys import ID_PATTERN
-from worker.pool import NEVER, Mirror, ParsedNode, Snapshot, parse_cache
+from worker.mirror import NEVER, Mirror
+from worker.pool import ParsedNode, Snapshot, parse_cache
 from worker.records import NodeRecord, read_record
 from worker.scripts import text
 

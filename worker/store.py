@@ -20,7 +20,8 @@ from worker import logs, poolread, quarantine
 from worker.errors import BadRecord
 from worker.handoffs import Handoffs
 from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold
-from worker.pool import UNREADABLE, Held, HoldSpec, Mirror, Snapshot, parse_cache
+from worker.mirror import Mirror
+from worker.pool import UNREADABLE, Held, HoldSpec, Snapshot, parse_cache
 from worker.queueing import planning_queue
 from worker.records import Heartbeat, JobRecord, JobState, NodeRecord, read_record, utcnow
 from worker.scripts import script, text

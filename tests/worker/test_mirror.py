@@ -17,7 +17,8 @@ from tests.worker.helpers import drain, hb, request
 from worker import constants as C
 from worker import jobs
 from worker.keys import Keys
-from worker.pool import Held, Mirror, ParsedNode, Snapshot
+from worker.mirror import Mirror
+from worker.pool import Held, ParsedNode, Snapshot
 from worker.records import NodeRecord, utcnow
 from worker.runner import InProcessWorker, planning_worker
 from worker.store import Store
