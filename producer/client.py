@@ -21,6 +21,7 @@ import redis
 from planner import DEFAULT_CONTEXT, Estimate, repository_from_folder, repository_from_listing
 from planner.repository import Repository
 from producer.limits import check_index, check_listing
+from producer.relayed import Relayed, Stored
 from worker import constants as C
 from worker import moves, quarantine
 from worker.config import connect, redact
@@ -40,7 +41,7 @@ from worker.records import (
     parse_heartbeat,
     parse_request,
     read_record,
-    stored_json,
+    stored_tail,
     utcnow,
 )
 from worker.scripts import text
@@ -121,6 +122,8 @@ class Client:
         """Replicas a submit, release, cancel or scale waits for before it returns (``MODELPLAN_WAIT_REPLICAS``,
         0 by default): with N, what returned survives a failover that promotes one of those N."""
         self.wait_timeout_ms = default_wait_timeout_ms(wait_timeout_ms)
+        self._relayed = Relayed()
+        """The heartbeats ``heartbeats`` validated from text, so that a refresh's next text is not again."""
 
     @classmethod
     def from_url(cls, url: str | None = None, prefix: str | None = None, **wait: int | None) -> Client:
@@ -265,18 +268,27 @@ class Client:
         agents' JSON text or parsed): each is validated and stored as ``heartbeat`` would, every one
         refused before anything is stored if one is bad; True for each stored, False for each older than
         its node's last. A burst that frees cards signals one wake-up pass."""
-        beats = [hb if isinstance(hb, Heartbeat) else parse_heartbeat(hb) for hb in heartbeats]
-        # each heartbeat was just validated, and the time is ours: the stored record needs no second pass
-        stored = list(zip(beats, stored_json(beats, utcnow()), strict=True))
+        # each heartbeat is validated, and the time is ours: the stored record needs no second pass; a text
+        # that differs from its node's last only in the seq was validated then (``Relayed``)
+        tail = stored_tail(utcnow())
+        beats = [self._stored(item, tail) for item in heartbeats]
 
         def put() -> list[bool]:
-            replies = self.store.put_stored(stored)
-            for hb, (_, _, restarted) in zip(beats, replies, strict=True):
+            replies = self.store.put_stored([(node_id, raw) for node_id, _, raw in beats])
+            for (node_id, boot_id, _), (_, _, restarted) in zip(beats, replies, strict=True):
                 if restarted:
-                    self.store.enqueue_restart(hb.node_id, hb.boot_id)
+                    self.store.enqueue_restart(node_id, boot_id)
             return [stored for stored, _, _ in replies]
 
         return self._call(put)
+
+    def _stored(self, item: Heartbeat | Mapping[str, Any] | str | bytes, tail: str) -> Stored:
+        if isinstance(item, bytes) and item.isascii():
+            item = item.decode()
+        if isinstance(item, str):
+            return self._relayed.stored(item, tail)
+        hb = item if isinstance(item, Heartbeat) else parse_heartbeat(item)
+        return hb.node_id, hb.boot_id, hb.model_dump_json()[:-1] + tail
 
     def pool(self) -> Snapshot:
         """The live nodes with what each reports and what placed jobs hold on it."""

@@ -14,19 +14,19 @@ from typing import Any
 from worker import constants as C
 from worker.keys import Keys
 from worker.pool import HoldSpec
-from worker.records import Heartbeat, JobRecord, JobState, json_of
+from worker.records import JobRecord, JobState, json_of
 
 Call = tuple[list[str], list[Any]]
 """A script call's keys and arguments."""
 
 
-def heartbeat_call(k: Keys, beats: Sequence[tuple[Heartbeat, str]]) -> Call:
-    """``heartbeat.lua`` storing ``beats`` (each with its stored record's JSON, ``records.stored_json``):
-    each node's id and record alone, the script reading the rest from the record where it needs it."""
+def heartbeat_call(k: Keys, beats: Sequence[tuple[str, str]]) -> Call:
+    """``heartbeat.lua`` storing ``beats``, each a node's id and its stored record's JSON
+    (``records.stored_json``): the script reads the rest from the record where it needs it."""
     keys = [k.nodes, k.epoch, k.wake_signal, k.wake_classes, k.pool_changes, k.pending_classes]
     args: list[Any] = [C.NODE_TTL_MS, C.POOL_CHANGES_MAXLEN, k.node_prefix, k.held_prefix]
-    for hb, raw in beats:
-        args += [hb.node_id, raw]
+    for node_id, raw in beats:
+        args += [node_id, raw]
     return keys, args
 
 

@@ -69,6 +69,10 @@ class JobState(StrEnum):
         return self.final or self is JobState.PLACED
 
 
+SEQ_MAX = 2**53
+"""The highest seq a heartbeat may carry: a whole number Redis's scripts hold exactly."""
+
+
 class Heartbeat(NodeReport):
     """A node agent's report: the pool record plus its order and its boot.
 
@@ -79,7 +83,7 @@ class Heartbeat(NodeReport):
 
     boot_id: str = Field(pattern=ID_PATTERN)
     started: tuple[str, ...] = Field(default=(), max_length=MAX_STARTED)
-    seq: int = Field(ge=0, le=2**53)
+    seq: int = Field(ge=0, le=SEQ_MAX)
     """Last of the report's fields, so that a stored record is what a plan reads, then the seq, then when
     it arrived: ``heartbeat.lua`` tells a refresh from the text before the seq."""
 
@@ -107,8 +111,13 @@ def stored_json(beats: Sequence[Heartbeat], at: datetime) -> list[str]:
     ``NodeRecord.model_dump_json`` writes it: the heartbeat's own JSON with the record's two fields after
     it (a record is a heartbeat and then those, in that order). For a relay's batch: the heartbeats were
     validated, and building a record model of each again cost more than the rest of publishing it."""
-    tail = ',"schema_version":1,"received_at":' + _AT.dump_json(at).decode() + "}"
+    tail = stored_tail(at)
     return [hb.model_dump_json()[:-1] + tail for hb in beats]
+
+
+def stored_tail(at: datetime) -> str:
+    """What follows a heartbeat's own fields in its stored record, received ``at``: the record's two."""
+    return ',"schema_version":1,"received_at":' + _AT.dump_json(at).decode() + "}"
 
 
 def _as_json(data: Any, source: str) -> str:

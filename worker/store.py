@@ -23,7 +23,7 @@ from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold
 from worker.mirror import Mirror
 from worker.pool import UNREADABLE, Held, HoldSpec, Snapshot, parse_cache
 from worker.queueing import planning_queue
-from worker.records import Heartbeat, JobRecord, JobState, NodeRecord, read_record, utcnow
+from worker.records import JobRecord, JobState, NodeRecord, read_record, utcnow
 from worker.scripts import script, text
 
 log = logs.get_logger("modelplan.worker")
@@ -73,17 +73,17 @@ class Store(Handoffs):
     def put_heartbeat(self, record: NodeRecord) -> tuple[bool, bool, bool]:
         """Store a heartbeat: ``(stored, wake, restarted)``. An older heartbeat of the same boot is not
         stored; ``wake`` that it signalled a wake-up pass; ``restarted`` that the node has a new boot."""
-        return self.put_stored([(record, record.model_dump_json())])[0]
+        return self.put_stored([(record.node_id, record.model_dump_json())])[0]
 
     def put_heartbeats(self, records: Sequence[NodeRecord]) -> list[tuple[bool, bool, bool]]:
         """Store several heartbeats in one round trip, each checked against its node's last alone, exactly
         as ``put_heartbeat`` would: ``(stored, wake, restarted)`` for each, in order (``wake`` for the
         whole batch). For a relay that forwards many nodes' heartbeats, and for loading a pool."""
-        return self.put_stored([(r, r.model_dump_json()) for r in records])
+        return self.put_stored([(r.node_id, r.model_dump_json()) for r in records])
 
-    def put_stored(self, beats: Sequence[tuple[Heartbeat, str]]) -> list[tuple[bool, bool, bool]]:
-        """``put_heartbeats`` of heartbeats with their stored records' JSON already made
-        (``records.stored_json``): ``heartbeat.lua`` a batch of ``HEARTBEAT_BATCH`` at a time, in one
+    def put_stored(self, beats: Sequence[tuple[str, str]]) -> list[tuple[bool, bool, bool]]:
+        """``put_heartbeats`` of heartbeats already validated, each as its node's id and its stored record's
+        JSON (``records.stored_json``): ``heartbeat.lua`` a batch of ``HEARTBEAT_BATCH`` at a time, in one
         round trip."""
         if not beats:
             return []

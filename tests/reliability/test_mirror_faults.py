@@ -217,7 +217,7 @@ class Run:
         record = NodeRecord.model_validate(
             {**dict(parse_heartbeat(self.pool.heartbeat(node_id))), "received_at": utcnow()}
         )
-        keys, args = heartbeat_call(self.client.store.keys, [(record, record.model_dump_json())])
+        keys, args = heartbeat_call(self.client.store.keys, [(node_id, record.model_dump_json())])
         with self.client.redis.pipeline(transaction=True) as pipe:
             script(self.client.redis, "heartbeat")(keys=keys, args=args, client=pipe)
             pipe.delete(self.client.keys.wake_signal)

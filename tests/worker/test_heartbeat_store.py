@@ -96,7 +96,7 @@ def put(client: Client, *beats: dict[str, Any], raw: str | None = None) -> list[
     records = stored_json(parsed, utcnow())
     if raw is not None:
         records[0] = raw
-    return client.store.put_stored(list(zip(parsed, records, strict=True)))
+    return client.store.put_stored([(hb.node_id, raw) for hb, raw in zip(parsed, records, strict=True)])
 
 
 def test_a_record_that_does_not_decode_is_not_stored(client: Client) -> None:
