@@ -3,10 +3,11 @@ from its last only in its ``seq`` (a refresh: most of them) is not validated aga
 
 A node's agent sends the same text every few seconds but for the seq. The text around the seq is the key:
 a text equal to one validated before, but for the seq's digits, validates to the same heartbeat with this
-seq, and its stored record is the one made then with this seq in place of that one. That holds only where the seq is plainly
-the one ``seq`` key's value, so a text is kept, and found, only when it has no escape at all (no ``\\``:
-no key can be spelled otherwise), one ``"seq"``, and that seq is a whole number in range written plainly
-(no sign, no leading zero, no fraction or exponent). Any other text is validated in full, each time.
+seq, and its stored record is the one made then with this seq in place of that one. That holds only where
+the seq is plainly the one ``seq`` key's value, so a text is kept, and found, only when it has no escape
+at all (no ``\\``: no key can be spelled otherwise), one ``"seq"``, and that seq is a whole number in
+range written plainly (no sign, no leading zero, no fraction or exponent). Any other text is validated in
+full, each time.
 """
 
 from __future__ import annotations
