@@ -5,13 +5,14 @@ it."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from planner.decide import Hold, JobPlan, Outcome, Running, Wait, plan_job
+from planner.decide import Hold, JobPlan, Outcome, ReplicaPlan, Running, Wait, plan_job
 from worker import calls as calls_
 from worker import constants as C
 from worker import logs, metrics
@@ -324,10 +325,24 @@ def settle(store: Store, rec: JobRecord) -> JobRecord | None:
     return None
 
 
+def _taken(r: ReplicaPlan) -> Wait | None:
+    """Why a replica that was to be placed waits when its cards were taken each time: for its option, on
+    the nodes it was to take, each lacking (as far as this worker knows) what it was to take there."""
+    o = r.option
+    if o is None:
+        return None
+    lacks = tuple((h.node_id, math.ceil(h.host_gb) if o.cpu else h.gpus) for h in r.holds)
+    why = "its cards were taken each time it was planned"
+    return Wait("resources", o, tuple(n for n, _ in lacks), lacks, f"waiting for {o.label} for {o.artifact}: {why}")
+
+
 def _without_new_holds(plan: JobPlan) -> JobPlan:
-    """``plan`` with every replica that was to take new cards left waiting instead."""
+    """``plan`` with every replica that was to take new cards left waiting instead: one that was to be
+    placed waits for the cards it was to take, which other jobs took each time it was planned."""
     replicas = tuple(
-        replace(r, state="waiting", option=None, holds=(), moved=False) if r.moved and r.holds else r
+        replace(r, state="waiting", option=None, holds=(), moved=False, wait=r.wait or _taken(r))
+        if r.moved and r.holds
+        else r
         for r in plan.replicas
     )
     outcome: Outcome = "placed" if replicas and all(r.holds for r in replicas) else "waiting"
