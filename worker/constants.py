@@ -129,3 +129,8 @@ OUTAGE_RETRY_S = 1.0
 
 RQ_RESTART_S = 2.0
 """How long a worker waits before starting RQ's loop again after it quit on an error (Redis away)."""
+
+RQ_HEARTBEAT_EVERY_S = 1.0
+"""How often, at most, a worker renews its own registration with RQ (its hash's ``last_heartbeat``
+and the TTL of its keys, ``worker_ttl`` + 60 s, minutes). RQ renews it three times a job, each three
+commands sent one by one; a busy worker sends one such pipeline a second instead."""

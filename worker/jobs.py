@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import redis
+import redis.sentinel
 import structlog
 from rq import get_current_job
 
@@ -16,18 +17,36 @@ from worker import metrics, moves, planning, waking
 from worker.keys import Keys
 from worker.store import Store
 
-_stores: dict[tuple[int, str], Store] = {}
+_stores: dict[tuple[int, str], tuple[redis.Redis, Store]] = {}
 """One Store per connection and prefix in a worker process, kept across jobs so that its pool mirror and
-parsed records carry from one job to the next; its lock keeps the job thread and the waker apart."""
+parsed records carry from one job to the next; its lock keeps the job thread and the waker apart. Each
+entry keeps the client it was found by."""
 
 
 def store_for(connection: redis.Redis, prefix: str) -> Store:
     """This process's Store for ``connection`` and ``prefix``: the one its jobs and its waker share."""
     key = (id(connection), prefix)
-    store = _stores.get(key)
-    if store is None or store.redis is not connection:
-        store = _stores[key] = Store(connection, Keys(prefix))
-    return store
+    got = _stores.get(key)
+    if got is None or got[0] is not connection:
+        got = _stores[key] = (connection, Store(connection, Keys(prefix)))
+    return got[1]
+
+
+def loop_client(connection: redis.Redis, prefix: str) -> redis.Redis:
+    """A client for RQ's own loop on the queue of ``prefix``: one connection of ``connection``'s pool,
+    kept for the loop (RQ sends most of its bookkeeping one command at a time, and a command sent through
+    the pool first checks its connection out and polls it for stray data). The jobs it runs find
+    ``store_for(connection, prefix)`` by it. Closing it gives the connection back.
+
+    Under Sentinel the loop sends through the pool as RQ would: a connection kept out of a Sentinel pool
+    reconnects to the address it had, the old master after a failover, where one from the pool asks the
+    sentinels again."""
+    shared = store_for(connection, prefix)
+    pool = connection.connection_pool
+    single = not isinstance(pool, redis.sentinel.SentinelConnectionPool)
+    client = redis.Redis(connection_pool=pool, single_connection_client=single)
+    _stores[(id(client), prefix)] = (client, shared)
+    return client
 
 
 def _store(prefix: str) -> tuple[Store, str]:

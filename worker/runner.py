@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import os
 import socket
 import threading
@@ -23,6 +24,7 @@ from rq.defaults import RQ_KEY_PREFIX
 from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 from rq.serializers import JSONSerializer
+from rq.utils import now as rq_now
 
 from worker import constants as C
 from worker import jobs, logs, metrics, requests
@@ -30,7 +32,7 @@ from worker.config import connect, estimate, redact
 from worker.errors import RedisUnavailable, Refused
 from worker.keys import Keys
 from worker.maintenance import sweep
-from worker.queueing import PlanningJob, vet
+from worker.queueing import PlanningJob, planning_queue, vet
 from worker.requests import Consumer
 from worker.store import Store
 
@@ -52,10 +54,41 @@ class PlanningWorker(SimpleWorker):
         # its wait for the next job times out every so often, so that an idle worker's mirror keeps up
         return C.MIRROR_IDLE_READ_S
 
+    _beat_at = -math.inf
+    """When this worker last renewed its registration with RQ (``time.monotonic``)."""
+    _unlist: tuple[str, str] | None = None
+    """The intermediate list and id of the job being started, until it is taken off the list."""
+    _state_stored: str | None = None
+    """The state this worker last wrote to its hash on its own (not in one of RQ's pipelines)."""
+
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
-        super().heartbeat(timeout, pipeline)
-        if pipeline is None and self.prefix:
+        # RQ renews a worker's registration before and after each dequeue and after each job, three commands
+        # one round trip each; here one pipeline at most each RQ_HEARTBEAT_EVERY_S, and always when RQ asks
+        # for another TTL or sends it in a pipeline of its own
+        if pipeline is not None:
+            super().heartbeat(timeout, pipeline)
+            if self._unlist is not None:  # RQ's pipeline that starts a job: take it off the list there
+                key, job_id = self._unlist
+                pipeline.lrem(key, 1, job_id)
+                self._unlist = None
+            return
+        now = time.monotonic()
+        if timeout is not None or now - self._beat_at >= C.RQ_HEARTBEAT_EVERY_S:
+            with self.connection.pipeline(transaction=False) as pipe:
+                super().heartbeat(timeout, pipe)
+                pipe.execute()
+            self._beat_at = now
+        if self.prefix:
             jobs.keep_warm(self.connection, self.prefix)
+
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        # RQ writes "idle" after each job and again as it starts to wait for the next: the second is
+        # the same write, and is left out
+        if pipeline is None and state == self._state_stored:
+            self._state = state
+            return
+        super().set_state(state, pipeline)
+        self._state_stored = state if pipeline is None else None
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         prefix = job.prefix if isinstance(job, PlanningJob) else ""
@@ -70,20 +103,37 @@ class PlanningWorker(SimpleWorker):
             return
         super().execute_job(job, queue)
 
+    def teardown(self) -> None:
+        try:
+            super().teardown()  # type: ignore[no-untyped-call]
+        finally:
+            self.connection.close()  # its loop's own connection (``jobs.loop_client``), back to the pool
+
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
         # RQ removes the job from the intermediate list of a queue it rebuilds by name with its own key
-        # prefix; the planning queue's key carries modelplan's, so its list is named here
-        super().prepare_job_execution(job, remove_from_intermediate_queue=False)
+        # prefix; the planning queue's key carries modelplan's, so its list is named here, and the job taken
+        # off it in the pipeline RQ starts the job with (its heartbeat goes there), or after it
         if remove_from_intermediate_queue:
-            key = IntermediateQueue.get_intermediate_queue_key(self.queues[0].key)
-            self.connection.lrem(key, 1, job.id)
+            self._unlist = (IntermediateQueue.get_intermediate_queue_key(self.queues[0].key), job.id)
+        try:
+            super().prepare_job_execution(job, remove_from_intermediate_queue=False)
+        finally:
+            unlist, self._unlist = self._unlist, None
+        if unlist is not None:
+            self.connection.lrem(unlist[0], 1, unlist[1])
+
+    def handle_execution_ended(self, job: Job, queue: Queue, heartbeat_ttl: int) -> None:
+        # RQ writes the job's last heartbeat here, a round trip of its own, just before the job's end is
+        # recorded (a planning job's hash is then deleted; a failed one's is saved whole, with this time)
+        job.ended_at = job.last_heartbeat = rq_now()
 
 
 def planning_worker(store: Store, cls: type[PlanningWorker] = PlanningWorker, **kw: Any) -> PlanningWorker:
     """A worker on ``store``'s planning queue, with its queue and job classes (and so its keys)."""
-    queue = store.queue
+    client = jobs.loop_client(store.redis, store.keys.prefix)
+    queue = planning_queue(client, store.keys)
     classes: dict[str, Any] = {"queue_class": type(queue), "job_class": queue.job_class}
-    worker = cls([queue], connection=store.redis, serializer=JSONSerializer, **classes, **kw)
+    worker = cls([queue], connection=client, serializer=JSONSerializer, **classes, **kw)
     worker.prefix = store.keys.prefix
     return worker
 

@@ -52,7 +52,7 @@ def pool_view(pool: Snapshot) -> dict[str, Any]:
 
 def next_view(conn: redis.Redis) -> dict[str, Any] | None:
     """The pool as this worker's next plan would see it; None before its first plan."""
-    stores = [s for s in list(jobs._stores.values()) if s._mirror is not None]
+    stores = [s for _, s in list(jobs._stores.values()) if s._mirror is not None]
     if not stores:
         return None
     store = max(stores, key=lambda s: s._mirror.read_at if s._mirror else 0.0)

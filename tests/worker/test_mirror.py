@@ -289,7 +289,7 @@ def test_an_idle_worker_keeps_its_mirror_up(redis_url: str, monkeypatch: pytest.
     client.submit(request())
     worker = planning_worker(client.store, InProcessWorker)
     worker.work(burst=True, logging_level="WARNING")
-    store = jobs._stores[(id(client.redis), client.keys.prefix)]
+    store = jobs.store_for(client.redis, client.keys.prefix)
     before = store.recent_snapshot(60)
     client.heartbeat(hb("gpu-1", gpus=2))
     assert [n.id for n in store.recent_snapshot(60).nodes] == ["gpu-0"]  # not read since
