@@ -1,7 +1,9 @@
-"""The no-op RQ job: RQ's own ceiling, on the same worker class, serializer and queue keys as the planning
-jobs. ``modelplan worker`` runs only modelplan's job functions, so the no-op jobs are drained by this
-module's worker (``python -m bench.noop URL PREFIX``): a ``PlanningWorker`` that skips the vetting, whose
-job class calls ``noop``."""
+"""The no-op RQ job: RQ's own ceiling. ``python -m bench.noop URL PREFIX`` drains the no-op queue with RQ's
+stock ``SimpleWorker`` and the JSON serializer, as ``rq worker --burst -w rq.SimpleWorker`` would, on
+the same queue and job keys as the planning jobs (the prefix's queue and job classes) and with none of
+``PlanningWorker``'s own ways: no vetting, and RQ's bookkeeping round trips as RQ makes them. Its rate
+is what RQ itself gets through; ``modelplan worker`` runs only modelplan's job functions, so it could
+not run these."""
 
 from __future__ import annotations
 
@@ -9,13 +11,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rq import Queue, SimpleWorker
+from rq import SimpleWorker
 from rq.job import Job
+from rq.serializers import JSONSerializer
 
 from worker.config import connect
 from worker.keys import Keys
-from worker.runner import PlanningWorker, planning_worker
-from worker.store import Store
+from worker.queueing import planning_queue
 
 
 def noop(prefix: str, job_id: str) -> None:
@@ -29,16 +31,13 @@ class NoopJob(Job):
         return noop
 
 
-class NoopWorker(PlanningWorker):
-    def execute_job(self, job: Job, queue: Queue) -> None:
-        SimpleWorker.execute_job(self, job, queue)
-
-
 def main(url: str, prefix: str) -> None:
-    store = Store(connect(url), Keys(prefix))
-    job_class: type[Job] = type("NoopJob", (NoopJob,), {"redis_job_namespace_prefix": store.keys.rq_job_namespace})
-    worker = planning_worker(store, NoopWorker)
-    worker.job_class = job_class
+    keys = Keys(prefix)
+    queue = planning_queue(connect(url), keys)
+    job_class: type[Job] = type("NoopJob", (NoopJob,), {"redis_job_namespace_prefix": keys.rq_job_namespace})
+    worker = SimpleWorker(
+        [queue], connection=queue.connection, serializer=JSONSerializer, queue_class=type(queue), job_class=job_class
+    )
     worker.work(burst=True, logging_level="WARNING")
 
 
