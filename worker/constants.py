@@ -45,9 +45,12 @@ GC_FREEZE_S = 5.0
 it does after each whole read of the pool (``runner.Frozen``): what changed in between is all a
 collection walks."""
 
-WAKE_WAIT_S = 0.5
-"""How long a worker's waker blocks on ``wake:signal`` at a time (under the socket timeout), so that it
-sees a stop between waits."""
+WAKE_KEEP_UP_S = 0.02
+"""How long a worker's waker waits on ``wake:signal`` before it brings the pool mirror up to date instead
+(and waits again): a pass then reads at most this long's changes of the pool before it plans, where it
+read all since the worker's last job or pass (a tenth of a second and more, at 20,000 heartbeats a second
+some 2,000 of them, the changed records among them parsed). In the cluster run this took the pass's
+read from 3.6 / 7.0 ms (p50 / p90) to 2.4 / 4.4."""
 
 SNAPSHOT_REUSE_S = 0.25
 """A worker plans consecutive jobs on one read of the pool for this long. That is safe, not just fast: a

@@ -173,14 +173,17 @@ def run_passes(store: Store, name: str) -> bool:
 
 
 def _wake(store: Store, name: str, stop: threading.Event) -> None:
-    """The waker: take each signal on ``wake:signal`` as it comes and run the pass, until ``stop``. Between
-    passes it keeps the collector off the pool mirror (``freeze``)."""
+    """The waker: take each signal on ``wake:signal`` as it comes and run the pass, until ``stop``. While
+    none comes it keeps the pool mirror up to date (every ``WAKE_KEEP_UP_S``), and between passes keeps
+    the collector off it (``freeze``)."""
     outage = Outage("waker")
     frozen = Frozen()
     while not stop.is_set():
         try:
-            if store.wait_for_pass(C.WAKE_WAIT_S):
+            if store.wait_for_pass(C.WAKE_KEEP_UP_S):
                 jobs.run_pass(store, name)
+            else:  # no pass due: the mirror brought up to date now, so that the next pass has little to read
+                jobs.keep_warm(store.redis, store.keys.prefix, C.WAKE_KEEP_UP_S)
             frozen.keep(store.whole_reads)
             outage.over()
         except (redis.ConnectionError, redis.TimeoutError) as e:

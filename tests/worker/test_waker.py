@@ -89,6 +89,26 @@ def test_the_pass_waits_for_the_job_being_planned_in_its_process(
     assert eventually(lambda: client.get(job).state is JobState.PLACED)
 
 
+def test_while_no_pass_is_due_the_waker_keeps_the_mirror_up(
+    client: Client, waker: tuple[Store, threading.Thread, threading.Event]
+) -> None:
+    """A change that signals nothing (a node joining, cards taken) reaches the mirror within a few waits,
+    with no job and no pass: the next pass then has only what came since to read before it plans."""
+    store, _, _ = waker
+    client.heartbeat(hb("gpu-1", gpus=2, free=2, seq=1))
+    assert eventually(lambda: store._mirror is not None)
+    client.heartbeat(hb("gpu-2", gpus=4, free=1, seq=1))
+    client.heartbeat(hb("gpu-1", gpus=2, free=0, seq=2))
+    assert not signalled(client)
+
+    def mirrored() -> dict[str, int]:
+        with store.lock:
+            return {n.id: n.free_gpus for n in store.recent_snapshot(60).nodes}
+
+    assert eventually(lambda: mirrored() == {"gpu-1": 0, "gpu-2": 1})
+    assert not signalled(client) and queued_functions(client) == []
+
+
 def test_the_waker_stops_between_waits(client: Client, waker: tuple[Store, threading.Thread, threading.Event]) -> None:
     _, thread, stop = waker
     stop.set()
