@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from worker import constants as C
+from worker.jobtext import job_text
 from worker.keys import Keys
 from worker.pool import HoldSpec
 from worker.records import JobRecord, JobState, json_of
@@ -71,7 +72,7 @@ def transition_call(
     args: list[Any] = [
         new.job_id,
         old.version,
-        new.to_json(),
+        job_text(new),
         new.state.value,
         score,
         pending[0] if pending else "",

@@ -19,11 +19,12 @@ from worker import constants as C
 from worker import logs, poolread, quarantine
 from worker.errors import BadRecord
 from worker.handoffs import Handoffs
+from worker.jobtext import read_job
 from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold
 from worker.mirror import Mirror
 from worker.pool import UNREADABLE, Held, HoldSpec, Snapshot, parse_cache
 from worker.queueing import planning_queue
-from worker.records import JobRecord, JobState, NodeRecord, read_record, utcnow
+from worker.records import JobRecord, JobState, NodeRecord, utcnow
 from worker.scripts import script, text
 
 log = logs.get_logger("modelplan.worker")
@@ -36,7 +37,7 @@ def now_ms() -> int:
 def _job_or_bad(key: str, raw: bytes | str | None) -> JobRecord | BadRecord | None:
     """A job's record as read: the record, None when there is none, or the ``BadRecord`` it is."""
     try:
-        return read_record(JobRecord, raw, key) if raw is not None else None
+        return read_job(raw, key) if raw is not None else None
     except BadRecord as e:
         return e
 
@@ -266,7 +267,7 @@ class Store(Handoffs):
         """A job's record; None when there is none, ``BadRecord`` when it does not parse."""
         key = self.keys.job(job_id)
         raw = self.redis.get(key)
-        return read_record(JobRecord, raw, key) if raw is not None else None
+        return read_job(raw, key) if raw is not None else None
 
     def job_and_pool(self, job_id: str) -> JobRecord | None:
         """``job(job_id)``, with the pool brought up to date (``snapshot()``) in the same round trip: what
@@ -284,7 +285,7 @@ class Store(Handoffs):
         if mirror is None or not poolread.apply_changes(self, mirror, replies[1:]):
             mirror = self._read_whole()
         mirror.read_at = time.monotonic()
-        return read_record(JobRecord, raw, key) if raw is not None else None
+        return read_job(raw, key) if raw is not None else None
 
     def claim_and_pool(self, job_id: str, worker: str) -> tuple[bool, JobRecord] | None:
         """Take a queued job into ``planning`` for ``worker`` under a lease (``claim.lua``), with the pool
@@ -299,7 +300,7 @@ class Store(Handoffs):
         code = text(code)
         if code == "gone":
             return None
-        return code == "planning", read_record(JobRecord, raw, k.job(job_id))
+        return code == "planning", read_job(raw, k.job(job_id))
 
     def _script_and_pool(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run a script, with the pool brought up to date (``snapshot()``) in the same round trip: its
