@@ -22,7 +22,7 @@ local function set_pending(pending_for_key, counts_key, job_id, classes)
   if classes ~= '' then
     redis.call('HSET', pending_for_key, job_id, classes)
     count_pending(counts_key, classes, 1)
-  else
+  elseif old then
     redis.call('HDEL', pending_for_key, job_id)
   end
 end
