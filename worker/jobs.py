@@ -56,12 +56,12 @@ def _store(prefix: str) -> tuple[Store, str]:
     return store_for(job.connection, prefix), job.worker_name or "worker"
 
 
-def keep_warm(connection: redis.Redis, prefix: str, idle_s: float | None = None) -> None:
-    """Between jobs: bring this process's pool mirror for ``prefix`` up to date if it has sat ``idle_s``
-    (``MIRROR_IDLE_READ_S`` unless given), or read it whole if this worker has none yet (it just started)."""
+def keep_warm(connection: redis.Redis, prefix: str) -> None:
+    """Between jobs: bring this process's pool mirror for ``prefix`` up to date if it has sat a while, or
+    read it whole if this worker has none yet (it just started)."""
     store = store_for(connection, prefix)
     with store.lock:
-        store.keep_warm(C.MIRROR_IDLE_READ_S if idle_s is None else idle_s)
+        store.keep_warm(C.MIRROR_IDLE_READ_S)
 
 
 def run_pass(store: Store, worker: str, full: bool = False) -> int:

@@ -133,7 +133,11 @@ def planning_worker(store: Store, cls: type[PlanningWorker] = PlanningWorker, **
     client = jobs.loop_client(store.redis, store.keys.prefix)
     queue = planning_queue(client, store.keys)
     classes: dict[str, Any] = {"queue_class": type(queue), "job_class": queue.job_class}
-    worker = cls([queue], connection=client, serializer=JSONSerializer, **classes, **kw)
+    try:
+        worker = cls([queue], connection=client, serializer=JSONSerializer, **classes, **kw)
+    except BaseException:  # RQ's worker names itself to Redis as it is made: Redis may be away by then
+        client.close()
+        raise
     worker.prefix = store.keys.prefix
     return worker
 
@@ -183,7 +187,8 @@ def _wake(store: Store, name: str, stop: threading.Event) -> None:
             if store.wait_for_pass(C.WAKE_KEEP_UP_S):
                 jobs.run_pass(store, name)
             else:  # no pass due: the mirror brought up to date now, so that the next pass has little to read
-                jobs.keep_warm(store.redis, store.keys.prefix, C.WAKE_KEEP_UP_S)
+                with store.lock:
+                    store.keep_warm(C.WAKE_KEEP_UP_S)
             frozen.keep(store.whole_reads)
             outage.over()
         except (redis.ConnectionError, redis.TimeoutError) as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from producer import Client
@@ -80,3 +81,16 @@ def test_the_loops_own_client_finds_the_shared_store(client: Client) -> None:
         assert loop.connection is not None  # one connection, kept for the loop
     finally:
         loop.close()
+
+
+def test_a_worker_that_cannot_be_made_gives_its_connection_back(client: Client) -> None:
+    class Away(PlanningWorker):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            raise redis.ConnectionError("Redis away as the worker names itself")
+
+    pool = client.redis.connection_pool
+    client.redis.ping()
+    before = len(pool._in_use_connections)
+    with pytest.raises(redis.ConnectionError):
+        planning_worker(client.store, Away)
+    assert len(pool._in_use_connections) == before
