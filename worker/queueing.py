@@ -20,6 +20,7 @@ from typing import Any
 import redis
 from rq import Queue
 from rq.exceptions import NoSuchJobError
+from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
@@ -83,6 +84,22 @@ def vet(job: Job, prefix: str) -> tuple[str, tuple[Any, ...]]:
     return name, args
 
 
+class _ExecutionsOnce(ExecutionRegistry):
+    """A job's registry of executions that reads them from Redis once: RQ reads them twice as it deletes
+    a job (to take them out of the started registry, then to delete them), a cleanup and two reads each
+    time, one round trip apiece, with nothing written in between."""
+
+    def __init__(self, job_id: str, connection: redis.Redis) -> None:
+        super().__init__(job_id, connection)
+        self._read: dict[tuple[int, int], list[Execution]] = {}
+
+    def get_executions(self, start: int = 0, end: int = -1) -> list[Execution]:
+        got = self._read.get((start, end))
+        if got is None:
+            got = self._read[(start, end)] = super().get_executions(start, end)
+        return got
+
+
 class PlanningJob(Job):
     """A planning job under one prefix (``prefix``, set by ``job_class``). Its function is looked up among
     modelplan's own after ``vet``; its callbacks are never loaded."""
@@ -91,6 +108,20 @@ class PlanningJob(Job):
     unreadable = ""
     """Why the job's hash could not be read, if it could not: ``vet`` then refuses it. A worker that
     raised instead would stop on the first such hash."""
+
+    _deleting: ExecutionRegistry | None = None
+    """The registry of its executions while it is being deleted (``_ExecutionsOnce``)."""
+
+    def delete(self, pipeline: Any = None, remove_from_queue: bool = True, delete_dependents: bool = False) -> None:
+        self._deleting = _ExecutionsOnce(self.id, self.connection)
+        try:
+            super().delete(pipeline, remove_from_queue, delete_dependents)
+        finally:
+            self._deleting = None
+
+    @property
+    def execution_registry(self) -> ExecutionRegistry:
+        return self._deleting if self._deleting is not None else super().execution_registry
 
     def refresh(self) -> None:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import redis
+from rq.executions import ExecutionRegistry
 
 from producer import Client
 from tests.worker.helpers import hb, request
@@ -94,3 +95,27 @@ def test_a_worker_that_cannot_be_made_gives_its_connection_back(client: Client) 
     with pytest.raises(redis.ConnectionError):
         planning_worker(client.store, Away)
     assert len(pool._in_use_connections) == before
+
+
+def test_a_finished_job_reads_its_executions_once_and_leaves_none(
+    client: Client, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RQ reads a job's executions twice as it deletes it; a planning job's are read once, and what RQ
+    deletes of them is all deleted: no execution, no registry of them, nothing left started."""
+    client.heartbeat(hb("gpu-0", gpus=8))
+    for i in range(3):
+        client.submit(request(), job_id=f"job-{i}")
+    reads: list[str] = []
+    read = ExecutionRegistry.get_execution_ids
+
+    def counted(self: ExecutionRegistry, start: int = 0, end: int = -1) -> list[str]:
+        reads.append(self.job_id)
+        return read(self, start, end)
+
+    monkeypatch.setattr(ExecutionRegistry, "get_execution_ids", counted)
+    worker = planning_worker(client.store, InProcessWorker)
+    worker.work(burst=True, logging_level="WARNING")
+    assert [client.get(f"job-{i}").state for i in range(3)] == [JobState.PLACED] * 3
+    assert len(reads) == 3 and len(set(reads)) == 3  # once a job
+    assert not r.keys("rq:execution:*") and not r.keys("rq:executions:*")
+    assert r.zcard(client.store.queue.started_job_registry.key) == 0
