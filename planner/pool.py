@@ -19,6 +19,10 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 """Node ids, class labels and fabric names: letters, digits, ``.``, ``_`` and ``-``, up to 128 characters.
 They become parts of Redis keys and command lines, so nothing else is let in."""
 
+RESERVED_CLASSES = {"cpu": "a CPU node's host memory", "any": "a job that any freed class wakes"}
+"""Class names with a meaning of their own where pending jobs are indexed by class (``pending:for``,
+``pending:classes``, ``wake:classes``): no card class may take one."""
+
 MAX_GPUS_PER_NODE = 1024
 MAX_MEM_GB = 1 << 20
 """Bounds on what one node may report (a node with a PiB of RAM is a typo, not a node)."""
@@ -51,6 +55,11 @@ class NodeReport(BaseModel):
             if self.gpus or self.gpu_mem_gb:
                 raise ValueError('a node with gpu_class "" has no cards: gpus and gpu_mem_gb must be 0')
             return self
+        if self.gpu_class in RESERVED_CLASSES:
+            raise ValueError(
+                f"gpu_class {self.gpu_class!r} is reserved (it stands for {RESERVED_CLASSES[self.gpu_class]}): "
+                "name the card class, such as h100-80g"
+            )
         if self.gpus == 0:
             raise ValueError(f"gpu_class {self.gpu_class!r} given with gpus 0")
         labelled = mem_from_class(self.gpu_class)

@@ -119,3 +119,14 @@ class NotReplicated(ModelplanError):
             f"{what}: stored on the master, but {acked} of {wanted} replicas had it within {timeout_ms} ms; "
             "a failover now could lose it (repeat it to be sure: the same job id is one job)"
         )
+
+
+class WrongType(ModelplanError):
+    """Raised by the store when a key a script would write holds another type and is not one it may
+    repair (a hint such as the wake-up signal is deleted and the call made again): nothing was written."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"{key} holds another type than modelplan writes there: nothing was written; remove or fix the key"
+        )

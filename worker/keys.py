@@ -15,7 +15,7 @@ key (after the prefix)                  type    TTL                   written by
                                                                       ``{job}:nominated``) -> JSON
                                                                       ``{"gpus", "host_gb", "boot_id",
                                                                       "nominated"}``
-``held:nodes``                          set     none                  transition.lua: nodes with a
+``holding``                             set     none                  transition.lua: nodes with a
                                                                       reservation
 ``job:{job_id}``                        string  FINISHED_TTL_S once   submit, transition.lua: the job
                                                 final                 record (JSON JobRecord)
@@ -171,6 +171,15 @@ class Keys:
         return self.rq_job_namespace + check_id(rq_job_id, "rq_job_id")
 
     @property
+    def hints(self) -> frozenset[str]:
+        """The fixed keys that only tell a worker to look again (the wake-up signal and classes, the epoch,
+        the change feed, the index of nodes by lapse, the count of pending jobs by class), all of them
+        rebuilt by what comes next: one found holding another type is deleted, not obeyed."""
+        return frozenset(
+            {self.wake_signal, self.wake_classes, self.epoch, self.pool_changes, self.nodes, self.pending_classes}
+        )
+
+    @property
     def quarantine(self) -> str:
         return f"{self._p}quarantine"
 
@@ -197,7 +206,7 @@ class Keys:
 
     @property
     def held_nodes(self) -> str:
-        return f"{self._p}held:nodes"
+        return f"{self._p}holding"
 
     def job(self, job_id: str) -> str:
         return f"{self._p}job:{check_id(job_id, 'job_id')}"

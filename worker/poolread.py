@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from worker import constants as C
 from worker import logs
 from worker.errors import BadRecord
@@ -23,13 +25,26 @@ log = logs.get_logger("modelplan.worker")
 def full_read(store: Store) -> Mirror:
     """The whole pool, in two round trips, with where ``pool:changes`` stood just before it."""
     k = store.keys
-    with store.redis.pipeline(transaction=True) as pipe:
-        pipe.xrevrange(k.pool_changes, count=1)
-        pipe.zrange(k.nodes, 0, -1)
-        pipe.get(k.epoch)
-        pipe.smembers(k.held_nodes)
-        pipe.time()
-        last, ids_raw, epoch, held_nodes, (secs, micros) = pipe.execute()
+    read = (k.pool_changes, k.nodes, k.epoch, k.held_nodes)
+    for _ in range(len(read) + 1):
+        with store.redis.pipeline(transaction=True) as pipe:
+            pipe.xrevrange(k.pool_changes, count=1)
+            pipe.zrange(k.nodes, 0, -1)
+            pipe.get(k.epoch)
+            pipe.smembers(k.held_nodes)
+            pipe.time()
+            replies = pipe.execute(raise_on_error=False)
+        # a hint of another type (a hand-written SET on the change feed, say) is repaired rather than
+        # failing every read after it; anything else is raised
+        mistyped = [key for key, reply in zip(read, replies, strict=False) if _wrong_type(reply)]
+        if not mistyped:
+            break
+        for key in mistyped:
+            store.repair(key)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    last, ids_raw, epoch, held_nodes, (secs, micros) = replies
     server_ms = secs * 1000 + micros // 1000
     cache = parse_cache
     ids = store.valid_ids(ids_raw, k.nodes, "a node id", "left out of the pool")
@@ -62,6 +77,10 @@ def full_read(store: Store) -> Mirror:
     records = {i: p.record for i, p in parsed.items()}
     mirror.pool = Snapshot(text(epoch) if epoch is not None else "0", records, held, parsed)
     return mirror
+
+
+def _wrong_type(reply: Any) -> bool:
+    return isinstance(reply, redis.ResponseError) and str(reply).startswith("WRONGTYPE")
 
 
 def catch_up(store: Store, mirror: Mirror) -> bool:

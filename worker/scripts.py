@@ -13,7 +13,11 @@ from redis.commands.core import Script
 NAMES = ("transition", "claim", "heartbeat", "take_wake", "quarantine_job", "recount_pending")
 
 PRELUDES: dict[str, tuple[str, ...]] = {
-    name: ("pending_counts",) for name in ("transition", "claim", "quarantine_job", "recount_pending")
+    "transition": ("key_types", "pending_counts"),
+    "claim": ("key_types", "pending_counts"),
+    "heartbeat": ("key_types",),
+    "quarantine_job": ("pending_counts",),
+    "recount_pending": ("pending_counts",),
 }
 """The files put before a script's own text: functions it shares with others (Redis runs each script
 alone, so a shared function travels in each)."""

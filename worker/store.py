@@ -17,7 +17,7 @@ import redis
 from worker import calls as calls_
 from worker import constants as C
 from worker import logs, poolread, quarantine
-from worker.errors import BadRecord
+from worker.errors import BadRecord, WrongType
 from worker.handoffs import Handoffs
 from worker.jobtext import read_job
 from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold
@@ -364,8 +364,20 @@ class Store(Handoffs):
             place=place,
             clear=clear,
         )
-        code, detail, wake = script(self.redis, "transition")(keys=keys, args=args)
+        run = script(self.redis, "transition")
+        code, detail, wake = run(keys=keys, args=args)
+        if text(code) == "wrongtype":
+            self.repair(text(detail))
+            code, detail, wake = run(keys=keys, args=args)
         return Outcome(text(code), text(detail), int(wake) == 1)
+
+    def repair(self, key: str) -> None:
+        """A script found ``key`` holding another type and wrote nothing: a hint is deleted (what comes next
+        rebuilds it), anything else raises ``WrongType``."""
+        if key not in self.keys.hints:
+            raise WrongType(key)
+        self.redis.delete(key)
+        log.warning("key_repaired", key=key, why="it held another type than modelplan writes there")
 
     def transitions(self, calls: Sequence[calls_.Call]) -> list[Outcome]:
         """Several ``transition.lua`` calls (each as ``calls.transition_call`` builds it) in one round trip,
@@ -382,6 +394,9 @@ class Store(Handoffs):
             elif isinstance(reply, Exception):
                 raise reply
             code, detail, wake = reply
+            if text(code) == "wrongtype":
+                self.repair(text(detail))
+                code, detail, wake = run(keys=keys, args=args)
             out.append(Outcome(text(code), text(detail), int(wake) == 1))
         return out
 

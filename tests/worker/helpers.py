@@ -80,7 +80,7 @@ def whole_state(client: Client) -> dict[str, Any]:
     records = {}
     for key in r.scan_iter(match=f"{k.prefix}:job:*"):
         name = text(key)
-        if name.endswith(":events"):
+        if name.count(":") > 2:  # a job's events: an id holds no colon
             continue
         rec = client.get(name.split(":", 2)[2])
         records[rec.job_id] = rec.state.value

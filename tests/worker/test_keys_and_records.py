@@ -39,7 +39,7 @@ def test_every_key_spelled_out() -> None:
         "mp:node:n1",
         "mp:nodes",
         "mp:held:n1",
-        "mp:held:nodes",
+        "mp:holding",
         "mp:job:j1",
         "mp:job:j1:events",
         "mp:events",

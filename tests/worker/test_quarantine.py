@@ -54,7 +54,7 @@ def plant_hold(r: redis.Redis, k: Keys, field: str, value: str) -> str:
 
 
 def plant_member(r: redis.Redis, key: str, member: str = "bad id", *, recent: bool = False) -> str:
-    if key.endswith(":held:nodes"):
+    if key.endswith(":holding"):
         r.sadd(key, member)
     else:
         r.zadd(key, {member: now_ms() if recent else OLD})
@@ -78,7 +78,7 @@ PLANTS: dict[str, Callable[[redis.Redis, Keys], str]] = {
     "nodes entry": lambda r, k: plant_member(r, k.nodes),
     "held value": lambda r, k: plant_hold(r, k, "ghost:0:1", GARBAGE),
     "held field": lambda r, k: plant_hold(r, k, "not a hold", json.dumps({"gpus": 1, "host_gb": 0, "boot_id": "b"})),
-    "held:nodes entry": lambda r, k: plant_member(r, k.held_nodes),
+    "holding entry": lambda r, k: plant_member(r, k.held_nodes),
     "pending entry": lambda r, k: plant_member(r, k.pending),
     # a final state's index is trimmed by age: its bad member is planted as if just added
     **{

@@ -5,7 +5,7 @@
 --
 -- KEYS[1]  job:{id}           KEYS[4]   jobs:failed          KEYS[11] pending      KEYS[14] wake:signal
 -- KEYS[2]  job:{id}:events    KEYS[5..10] the other six       KEYS[12] pending:for  KEYS[15] wake:classes
--- KEYS[3]  events                        jobs:{state}         KEYS[13] epoch        KEYS[16] held:nodes
+-- KEYS[3]  events                        jobs:{state}         KEYS[13] epoch        KEYS[16] holding
 -- KEYS[17] quarantine         KEYS[18] pool:changes        KEYS[19] pending:classes
 -- KEYS[20..] held:{node} for each hold to drop
 --

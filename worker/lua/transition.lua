@@ -10,7 +10,7 @@
 --
 -- KEYS[1]  job:{id}           KEYS[5]  jobs:{new state}   KEYS[9]   wake:signal
 -- KEYS[2]  job:{id}:events    KEYS[6]  pending            KEYS[10]  wake:classes
--- KEYS[3]  events             KEYS[7]  pending:for        KEYS[11]  held:nodes
+-- KEYS[3]  events             KEYS[7]  pending:for        KEYS[11]  holding
 -- KEYS[4]  jobs:{old state}   KEYS[8]  epoch
 -- KEYS[12] pool:changes       KEYS[13] pending:classes
 -- KEYS[14..] for each hold to write: node:{id}, held:{id}; then for each hold to clear: held:{id}
@@ -28,8 +28,10 @@
 -- Every hold written or cleared goes onto pool:changes (node, hold id, value or ""), for the workers'
 -- mirrors of the pool.
 --
--- Returns {code, detail, wake}: "ok" (detail: the new version; wake 1: it signalled a wake-up pass), "stale" (detail: the version now, or "unreadable"), "gone" (no record), "full" or "silent"
--- (detail: the node that lacks room, or has no live heartbeat that decodes; nothing written).
+-- Returns {code, detail, wake}: "ok" (detail: the new version; wake 1: it signalled a wake-up pass), "stale"
+-- (detail: the version now, or "unreadable"), "gone" (no record), "full" or "silent" (detail: the node that
+-- lacks room, or has no live heartbeat that decodes; nothing written), "wrongtype" (detail: a key it would
+-- write that holds another type; nothing written).
 
 local job_id = ARGV[1]
 local n_place, n_clear = tonumber(ARGV[13]), tonumber(ARGV[14])
@@ -62,6 +64,23 @@ if current == nil then
 end
 if current ~= ARGV[2] then
   return {'stale', current, 0}
+end
+
+-- every key this call may write holds its own type, or none: else nothing is written
+local spec = {KEYS[2], 'stream', KEYS[3], 'stream', KEYS[4], 'zset', KEYS[5], 'zset', KEYS[6], 'zset',
+              KEYS[7], 'hash', KEYS[8], 'string', KEYS[9], 'list', KEYS[10], 'set', KEYS[11], 'set',
+              KEYS[12], 'stream', KEYS[13], 'hash'}
+for i = 1, n_place do
+  spec[#spec + 1] = KEYS[13 + 2 * i]
+  spec[#spec + 1] = 'hash'
+end
+for j = 1, n_clear do
+  spec[#spec + 1] = KEYS[clear_key_at + j]
+  spec[#spec + 1] = 'hash'
+end
+local mistyped = wrong_type(spec)
+if mistyped then
+  return {'wrongtype', mistyped, 0}
 end
 
 -- holds on their way out do not count against the room
