@@ -9,8 +9,11 @@ import time
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from producer import Beat, Client
+from producer.cli import main
+from producer.metrics import exposition
 from tests.worker.helpers import drain, event_reasons, hb, queued_functions, request, whole_state
 from worker import constants as C
 from worker import maintenance
@@ -190,6 +193,34 @@ def test_both_agents_in_one_relay_batch(client: Client) -> None:
     assert [sorted(text(k) for k in fields) for _, fields in entries] == [["n", "r", "t"], ["gone", "n"]]
     assert "gpu-1" not in client.store.snapshot().records
     assert conflict(client)["flips"] == 2 and refused(client) == 2
+
+
+def test_a_conflict_shows_in_status_and_in_the_metrics(client: Client, capsys: pytest.CaptureFixture[str]) -> None:
+    kw = client.redis.get_connection_kwargs()
+    url = f"redis://{kw['host']}:{kw['port']}/0"
+    twins = Twins(client)
+    client.heartbeat(hb("gpu-2", gpus=1))
+    twins.beat("boot-a")
+    twins.flap(2)
+    args = ["heartbeat", "--redis-url", url, "--node-id", "gpu-1", "--gpu-class", "h100-80g", "--gpus", "2"]
+    args += ["--free-gpus", "2", "--host-mem-gb", "256", "--host-free-gb", "256", "--boot-id", "boot-b"]
+    assert main([*args, "--seq", "9000"]) == 0
+    assert main(["status", "--redis-url", url]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == "conflict: another agent publishes as node gpu-1; not stored (see modelplan status)"
+    [since] = [c.since for c in client.conflicts()]
+    line = f"node gpu-1 claimed by 2 agents (boots boot-a, boot-b) since {since.isoformat(timespec='seconds')}, 4 flips"
+    assert [s for s in said if "claimed" in s] == [line + ": out of the pool"]
+    assert said[1] == "1 node(s) in the pool"
+
+    got = {
+        (s.name, tuple(s.labels.items())): s.value
+        for f in text_string_to_metric_families(exposition(client))
+        for s in f.samples
+    }
+    assert got[("modelplan_node_conflicts", ())] == 1
+    assert got[("modelplan_conflict_heartbeats_total", ())] == 4
+    assert got[("modelplan_nodes", (("gpu_class", "h100-80g"),))] == 1
 
 
 def test_ids_named_after_fixed_keys_have_their_own_conflict(client: Client) -> None:
