@@ -10,10 +10,13 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
 
 from producer import Beat, Client
+from producer.agent import Agent
 from producer.cli import main
 from producer.metrics import exposition
+from tests.agent.test_agent import IDLE, FakeReader
 from tests.worker.helpers import drain, event_reasons, hb, queued_functions, request, whole_state
 from worker import constants as C
 from worker import maintenance
@@ -221,6 +224,26 @@ def test_a_conflict_shows_in_status_and_in_the_metrics(client: Client, capsys: p
     assert got[("modelplan_node_conflicts", ())] == 1
     assert got[("modelplan_conflict_heartbeats_total", ())] == 4
     assert got[("modelplan_nodes", (("gpu_class", "h100-80g"),))] == 1
+
+
+def test_each_agent_says_once_that_another_publishes_under_its_node_id(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = Agent("gpu-1", FakeReader(IDLE), client, boot_id="boot-a", first_seq=100)
+    b = Agent("gpu-1", FakeReader(IDLE), client, boot_id="boot-b", first_seq=900)
+    with capture_logs() as logs:
+        for agent in [a, b] * 4:
+            agent.tick()
+        monkeypatch.setattr(C, "CONFLICT_CLEAR_MS", 300)
+        a.tick()  # the last flip: B is heard no more
+        time.sleep(0.4)
+        a.tick()
+        a.tick()
+    said = [(e["event"], e.get("boot_id")) for e in logs if e["event"].startswith("node_conflict")]
+    assert said == [("node_conflict", "boot-a"), ("node_conflict", "boot-b"), ("node_conflict_cleared", "boot-a")]
+    warning = next(e for e in logs if e["event"] == "node_conflict")
+    assert warning["log_level"] == "warning" and warning["node_id"] == "gpu-1"
+    assert client.pool().records["gpu-1"].boot_id == "boot-a"
 
 
 def test_ids_named_after_fixed_keys_have_their_own_conflict(client: Client) -> None:
