@@ -7,9 +7,11 @@ key (after the prefix)                  type    TTL                   written by
                                                                       (JSON NodeRecord)
 ``nodes``                               zset    none                  heartbeat.lua (node id, when its
                                                                       heartbeat lapses: ms, the server's
-                                                                      clock); maintenance drops the silent,
-                                                                      or moves a silent one that held jobs
-                                                                      on while a worker hands them back
+                                                                      clock; now for a node whose id went
+                                                                      into conflict, silent for the sweep);
+                                                                      maintenance drops the silent, or
+                                                                      moves a silent one that held jobs on
+                                                                      while a worker hands them back
 ``boots:{node_id}``                     string  BOOT_DISPLACED_MS     heartbeat.lua: the boots lately heard
                                                                       on a node besides the one its record
                                                                       holds, JSON ``{boot_id: [ms last
