@@ -48,7 +48,7 @@ from planner.model import Artifact, Option
 from planner.pool import ID_PATTERN
 from planner.quant import mem_from_class
 from producer import constants as K
-from producer.client import Client
+from producer.client import BeatLog, Client
 from worker import logs
 from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
 from worker.config import prefix as default_prefix
@@ -579,8 +579,7 @@ def _checked(value: str, field: str, allow_empty: bool = False) -> str:
 
 
 class Agent:
-    """One node's agent. ``client`` None: a dry run, which reads and builds heartbeats and publishes
-    nothing (and hands no job over)."""
+    """One node's agent. ``client`` None: a dry run (it reads and builds heartbeats, and hands over nothing)."""
 
     def __init__(
         self,
@@ -609,6 +608,7 @@ class Agent:
         """The holds handed to the start hook (by hold id), in the order they were, with their cards."""
         self._noted: set[str] = set()
         self._seen: tuple[tuple[str, int], tuple[tuple[int, str], ...]] | None = None
+        self._beats = BeatLog()
 
     @property
     def log(self) -> Any:
@@ -707,8 +707,8 @@ class Agent:
         if self.client is not None:
             self.hand_off(cards, self.client)
         hb = self.heartbeat(cards, memory)
-        if self.client is not None and not self.client.heartbeat(hb):
-            self.log.warning("heartbeat_stale", seq=hb.seq, why="a newer heartbeat of this boot is stored")
+        if self.client is not None:
+            self._beats.note(self.log, hb, self.client.publish(hb))
         return hb
 
     def run(

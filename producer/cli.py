@@ -27,7 +27,7 @@ from producer import agent
 from producer.client import Client, request_from_repository
 from producer.hub import looks_like_repo_id, resolve
 from producer.limits import check_folder, check_index, check_listing, read_bounded
-from producer.render import estimates_text, job_text, options_table, status_text
+from producer.render import beat_text, estimates_text, job_text, options_table, status_text
 from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging, estimate
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
 from worker.errors import RedisUnavailable
@@ -139,8 +139,7 @@ def cmd_heartbeat(args: argparse.Namespace) -> int:
         },
         "heartbeat",
     )
-    stored = _client(args).heartbeat(hb)
-    print("stored" if stored else "stale: an older heartbeat than the one stored; nothing changed")
+    print(beat_text(_client(args).publish(hb), hb.node_id))
     return 0
 
 
@@ -216,7 +215,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         states = (JobState.PLANNING, JobState.QUEUED, JobState.WAITING, JobState.PLACED)
         live = [r for s in states for r in client.jobs(s)]
         client.check_indexes()
-        return status_text(client.pool(), client.counts(), live, client.quarantined())
+        return status_text(client.pool(), client.counts(), live, client.quarantined(), client.conflicts())
 
     print(_reading(read))
     return 0
@@ -349,8 +348,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--addr", default="0.0.0.0", help="with --port: the address to listen on (default 0.0.0.0)")
     p.set_defaults(func=cmd_metrics)
 
-    p = sub.add_parser("schema", help="the JSON Schema of a request, record, heartbeat, node record or option")
-    p.add_argument("name", choices=["request", "record", "heartbeat", "node", "option"])
+    p = sub.add_parser(
+        "schema", help="the JSON Schema of a request, job record, heartbeat, node or conflict record, option"
+    )
+    p.add_argument("name", choices=["request", "record", "heartbeat", "node", "conflict", "option"])
     p.set_defaults(func=cmd_schema)
     return top
 

@@ -22,13 +22,15 @@ from planner import DEFAULT_CONTEXT, Estimate, repository_from_folder, repositor
 from planner.repository import Repository
 from producer.limits import check_index, check_listing
 from producer.relayed import Relayed, Stored
+from worker import conflicts, moves, quarantine
 from worker import constants as C
-from worker import moves, quarantine
+from worker.beats import Beat
 from worker.config import connect, redact
 from worker.config import prefix as default_prefix
 from worker.config import redis_url as default_url
 from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
+from worker.conflicts import ConflictRecord
 from worker.errors import JobExists, JobNotFound, NotReplicated, RedisForbidden, RedisUnavailable
 from worker.keys import Keys, check_id
 from worker.pool import Held, Snapshot
@@ -100,6 +102,30 @@ def request_from_listing(files: Any, config: Any, index: Any = None, *, model: s
 def request_from_folder(folder: str, *, model: str | None = None, **kw: Any) -> ServeRequest:
     """A serve request for a repository in a local folder."""
     return request_from_repository(repository_from_folder(folder), model=model or folder, **kw)
+
+
+class BeatLog:
+    """What the publisher of one node's heartbeats (its agent) logs of what became of them: each one
+    older than the stored one of its boot; and another agent publishing under the node's id, once when
+    it is found (``node_conflict``, a warning) and once when it is over (``node_conflict_cleared``), not
+    at every heartbeat between. The log is the agent's, bound with the node's id and boot."""
+
+    def __init__(self) -> None:
+        self.conflict = False
+
+    def note(self, log: Any, hb: Heartbeat, beat: Beat) -> None:
+        if beat is Beat.STALE:
+            log.warning("heartbeat_stale", seq=hb.seq, why="a newer heartbeat of this boot is stored")
+            return
+        if beat is Beat.CONFLICT and not self.conflict:
+            log.warning(
+                "node_conflict",
+                why="another agent publishes under this node id (a cloned machine image?): the node is out of "
+                "the pool until only one is heard; give each node its own --node-id",
+            )
+        elif beat is not Beat.CONFLICT and self.conflict:
+            log.info("node_conflict_cleared")
+        self.conflict = beat is Beat.CONFLICT
 
 
 class Client:
@@ -251,36 +277,46 @@ class Client:
     # --- nodes --------------------------------------------------------------------------------------------
 
     def heartbeat(self, heartbeat: Heartbeat | Mapping[str, Any]) -> bool:
-        """Publish a node's heartbeat; False when an older one of the same boot (nothing changed)."""
+        """Publish a node's heartbeat; False when it was not stored: an older one of the same boot (nothing
+        changed), or refused because two agents publish under its node id (``publish`` tells which)."""
+        return self.publish(heartbeat) is Beat.OK
+
+    def publish(self, heartbeat: Heartbeat | Mapping[str, Any]) -> Beat:
+        """Publish a node's heartbeat: what became of it. ``Beat.CONFLICT``: another agent publishes under
+        the same node id (a cloned machine image, say), and the node is out of the pool until only one
+        has been heard for a while (``conflicts`` shows them)."""
         hb = heartbeat if isinstance(heartbeat, Heartbeat) else parse_heartbeat(heartbeat)
         record = NodeRecord.model_validate({**dict(hb), "received_at": utcnow()})
-
-        def put() -> bool:
-            stored, _, restarted = self.store.put_heartbeat(record)
-            if restarted:
-                self.store.enqueue_restart(hb.node_id, hb.boot_id)
-            return stored
-
-        return self._call(put)
+        return self._put([(hb.node_id, hb.boot_id, record.model_dump_json())])[0]
 
     def heartbeats(self, heartbeats: Sequence[Heartbeat | Mapping[str, Any] | str | bytes]) -> list[bool]:
         """Publish several nodes' heartbeats in one round trip (a relay forwarding a rack's, say, as the
         agents' JSON text or parsed): each is validated and stored as ``heartbeat`` would, every one
         refused before anything is stored if one is bad; True for each stored, False for each older than
-        its node's last. A burst that frees cards signals one wake-up pass."""
+        its node's last or refused for a conflict (``publish_all`` tells which). A burst that frees cards
+        signals one wake-up pass."""
+        return [beat is Beat.OK for beat in self.publish_all(heartbeats)]
+
+    def publish_all(self, heartbeats: Sequence[Heartbeat | Mapping[str, Any] | str | bytes]) -> list[Beat]:
+        """``heartbeats``, saying what became of each (``publish``)."""
         # each heartbeat is validated, and the time is ours: the stored record needs no second pass; a text
         # that differs from its node's last only in the seq was validated then (``Relayed``)
         tail = stored_tail(utcnow())
-        beats = [self._stored(item, tail) for item in heartbeats]
+        return self._put([self._stored(item, tail) for item in heartbeats])
 
-        def put() -> list[bool]:
-            replies = self.store.put_stored([(node_id, raw) for node_id, _, raw in beats])
-            for (node_id, boot_id, _), (_, _, restarted) in zip(beats, replies, strict=True):
-                if restarted:
+    def _put(self, beats: Sequence[Stored]) -> list[Beat]:
+        def put() -> list[Beat]:
+            replies = self.store.beat_stored([(node_id, raw) for node_id, _, raw in beats])
+            for (node_id, boot_id, _), reply in zip(beats, replies, strict=True):
+                if reply.restarted:
                     self.store.enqueue_restart(node_id, boot_id)
-            return [stored for stored, _, _ in replies]
+            return [reply.beat for reply in replies]
 
         return self._call(put)
+
+    def conflicts(self) -> list[ConflictRecord]:
+        """The node ids two agents publish under now, by id: each out of the pool until one is left."""
+        return self._call(lambda: conflicts.read(self.store))
 
     def _stored(self, item: Heartbeat | Mapping[str, Any] | str | bytes, tail: str) -> Stored:
         if isinstance(item, bytes) and item.isascii():

@@ -19,6 +19,9 @@ metric                                     type       what
 ``modelplan_requests_pending``             gauge      request-stream entries not yet answered
 ``modelplan_heartbeat_age_seconds{node}``  gauge      since each live node's last heartbeat
 ``modelplan_quarantined_records``          gauge      stored records that do not parse
+``modelplan_node_conflicts``               gauge      node ids two agents publish under (each out of
+                                                      the pool while it lasts)
+``modelplan_conflict_heartbeats_total``    counter    heartbeats refused for such a conflict
 ``modelplan_plan_seconds``                 histogram  one planning job, claim to commit
 ``modelplan_commit_seconds``               histogram  one commit (``transition.lua``)
 ``modelplan_commit_conflicts_total``       counter    commits that found their cards taken
@@ -41,7 +44,7 @@ from producer.client import Client
 from producer.render import node_cards
 from worker.classes import class_of
 from worker.keys import CPU_CLASS
-from worker.metrics import COUNTERS, HISTOGRAMS, bucket_field
+from worker.metrics import CONFLICT_HEARTBEATS, COUNTERS, HISTOGRAMS, bucket_field
 from worker.records import JobState, utcnow
 from worker.scripts import text
 
@@ -116,6 +119,8 @@ class PoolCollector(Collector):
         yield GaugeMetricFamily(
             f"{NAMESPACE}_quarantined_records", "Stored records that do not parse", value=c.redis.hlen(k.quarantine)
         )
+        conflicted = len(c.conflicts())
+        yield GaugeMetricFamily(f"{NAMESPACE}_node_conflicts", "Node ids two agents publish under", value=conflicted)
         yield from _stats(c.redis.hgetall(k.stats))
 
 
@@ -136,6 +141,11 @@ def _stats(raw: Any) -> Iterator[Metric]:
         yield CounterMetricFamily(
             f"{NAMESPACE}_{name}", "Commits that found their cards taken since the plan", value=stats.get(name, 0.0)
         )
+    yield CounterMetricFamily(
+        f"{NAMESPACE}_{CONFLICT_HEARTBEATS}",
+        "Heartbeats refused because two agents publish under their node id",
+        value=stats.get(CONFLICT_HEARTBEATS, 0.0),
+    )
 
 
 def registry(client: Client) -> CollectorRegistry:

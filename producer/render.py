@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from planner import Estimate, Option
+from worker.beats import Beat
+from worker.conflicts import ConflictRecord
 from worker.pool import Snapshot
 from worker.records import JobRecord
 
@@ -152,15 +154,34 @@ def job_row(rec: JobRecord) -> list[str]:
     return [parts[0], parts[1], parts[2], "; ".join(parts[3:])]
 
 
+def conflict_line(c: ConflictRecord) -> str:
+    """A node id two agents publish under, on one line: its boots, since when, how often the boot flipped."""
+    boots = ", ".join(b.boot_id for b in c.boots)
+    since = c.since.isoformat(timespec="seconds")
+    flips = f"{c.flips} flip{'s' if c.flips != 1 else ''}"
+    return f"node {c.node_id} claimed by {len(c.boots)} agents (boots {boots}) since {since}, {flips}: out of the pool"
+
+
+def beat_text(beat: Beat, node_id: str) -> str:
+    """What became of a heartbeat ``modelplan heartbeat`` published."""
+    return {
+        Beat.OK: "stored",
+        Beat.STALE: "stale: an older heartbeat than the one stored; nothing changed",
+        Beat.CONFLICT: f"conflict: another agent publishes as node {node_id}; not stored (see modelplan status)",
+    }.get(beat, "not stored: the record does not decode")
+
+
 def status_text(
     snap: Snapshot,
     counts: dict[str, int],
     jobs: Sequence[JobRecord],
     quarantined: Mapping[str, Mapping[str, Any]] | None = None,
+    conflicts: Sequence[ConflictRecord] = (),
 ) -> str:
-    """The pool drawn as cards, then the jobs at a glance, then one line for each stored record that does
-    not parse."""
+    """The pool drawn as cards, then each node id two agents publish under, then the jobs at a glance,
+    then one line for each stored record that does not parse."""
     out = [f"{len(snap.records)} node(s) in the pool", pool_picture(snap)]
+    out += [conflict_line(c) for c in conflicts]
     out.append("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if any(counts.values()) else "no jobs")
     out += [_table([job_row(r) for r in jobs])] if jobs else []
     for key, found in sorted((quarantined or {}).items()):

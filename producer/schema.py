@@ -9,6 +9,7 @@ name                    what it describes
 ``record``              a job record, ``GET {prefix}:job:{job_id}``
 ``heartbeat``           what a node agent publishes
 ``node``                a heartbeat as stored, ``GET {prefix}:node:{node_id}``
+``conflict``            a node id two agents publish under, ``GET {prefix}:conflict:{node_id}``
 ``option``              one way a model can run: ``modelplan plan --json`` and a record's ``option``
 ======================  ==========================================================================
 """
@@ -22,6 +23,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from planner import Option
+from worker.conflicts import ConflictRecord
 from worker.records import Heartbeat, JobRecord, NodeRecord, ServeRequest
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -32,6 +34,7 @@ _SOURCES: dict[str, tuple[Callable[[], dict[str, Any]], str]] = {
     "record": (lambda: JobRecord.model_json_schema(mode="serialization"), "A job record as stored"),
     "heartbeat": (lambda: Heartbeat.model_json_schema(mode="validation"), "A node's heartbeat"),
     "node": (lambda: NodeRecord.model_json_schema(mode="serialization"), "A heartbeat as stored"),
+    "conflict": (lambda: ConflictRecord.model_json_schema(mode="serialization"), "A node id two agents publish under"),
     "option": (lambda: TypeAdapter(Option).json_schema(mode="serialization"), "One way a model can run"),
 }
 NAMES = tuple(_SOURCES)

@@ -1,5 +1,5 @@
-"""Every job record and node record a test leaves in Redis is checked against the published JSON Schemas
-(``docs/schemas``), as a service in another language would read it."""
+"""Every job record, node record and conflict record a test leaves in Redis is checked against the published
+JSON Schemas (``docs/schemas``), as a service in another language would read it."""
 
 from __future__ import annotations
 
@@ -10,11 +10,19 @@ from typing import Any
 
 import jsonschema
 import redis
+from pydantic import BaseModel
 
+from worker.conflicts import ConflictRecord
 from worker.errors import BadRecord
 from worker.records import JobRecord, NodeRecord, read_record
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "docs" / "schemas"
+MODELS: dict[str, tuple[type[BaseModel], str]] = {
+    "job": (JobRecord, "record"),
+    "node": (NodeRecord, "node"),
+    "conflict": (ConflictRecord, "conflict"),
+}
+"""The key families checked: each one's model and its schema's name."""
 
 
 @cache
@@ -32,9 +40,9 @@ def check_stored_records(client: redis.Redis) -> int:
     for raw_key in client.scan_iter(match="*", _type="string", count=1000):
         key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
         parts = key.split(":")
-        if len(parts) != 3 or parts[1] not in ("job", "node"):
+        if len(parts) != 3 or parts[1] not in MODELS:
             continue
-        model, name = (JobRecord, "record") if parts[1] == "job" else (NodeRecord, "node")
+        model, name = MODELS[parts[1]]
         raw = client.get(key)
         if raw is None:
             continue

@@ -13,6 +13,18 @@ HEARTBEAT_INTERVAL_S = 5.0
 NODE_TTL_MS = 15_000
 """A node is in the pool while its last heartbeat is younger than this: three missed intervals."""
 
+BOOT_DISPLACED_MS = 300_000
+"""How long a node's boot is remembered after another took its place (or after it was last heard while two
+agents claim the node): heard again within this, with a later seq, it is a second agent under the same
+node id, not a restart. A restarted node's old boot is never heard again (what it sent before it went down
+carries a seq no later than its last), so the length costs nothing there; five minutes catches agents on
+intervals up to that, and outlasts CONFLICT_CLEAR_MS, so that a conflict that cleared comes back at once
+if the other agent is heard again."""
+
+CONFLICT_CLEAR_MS = 60_000
+"""Two agents claim a node id until only one boot has been heard for this long (twelve default
+intervals): the node is out of the pool until then, and rejoins with the next heartbeat after it."""
+
 LEASE_MS = 10_000
 """How long a worker may hold a job in ``planning``. A plan takes milliseconds; past this the worker is
 taken for dead and the job is planned again by another, well within 30 s."""

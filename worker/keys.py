@@ -7,9 +7,23 @@ key (after the prefix)                  type    TTL                   written by
                                                                       (JSON NodeRecord)
 ``nodes``                               zset    none                  heartbeat.lua (node id, when its
                                                                       heartbeat lapses: ms, the server's
-                                                                      clock); maintenance drops the silent,
-                                                                      or moves a silent one that held jobs
-                                                                      on while a worker hands them back
+                                                                      clock; now for a node whose id went
+                                                                      into conflict, silent for the sweep);
+                                                                      maintenance drops the silent, or
+                                                                      moves a silent one that held jobs on
+                                                                      while a worker hands them back
+``boots:{node_id}``                     string  BOOT_DISPLACED_MS     heartbeat.lua: the boots lately heard
+                                                                      on a node besides the one its record
+                                                                      holds, JSON ``{boot_id: [ms last
+                                                                      heard, its last seq]}``: a boot heard
+                                                                      again is a second agent
+``conflict:{node_id}``                  string  CONFLICT_CLEAR_MS     heartbeat.lua: two agents heard under
+                                                from its last flip    one node id (JSON ConflictRecord);
+                                                                      the node is out of the pool while
+                                                                      it is there
+``conflicts``                           zset    none                  heartbeat.lua (node id, when its
+                                                                      conflict clears: ms, the server's
+                                                                      clock); the sweep drops the cleared
 ``held:{node_id}``                      hash    none                  transition.lua: hold id
                                                                       (``{job}:{replica}:{version}``, or
                                                                       ``{job}:nominated``) -> JSON
@@ -68,7 +82,9 @@ key (after the prefix)                  type    TTL                   written by
                                                 REPLY_MAXLEN          entry that named ``reply_to``
 ``stats``                               hash    none                  worker.metrics: counters and
                                                                       histogram buckets of plan and commit
-                                                                      times, conflicts, wake-up latency
+                                                                      times, commit conflicts, wake-up
+                                                                      latency; heartbeat.lua: heartbeats
+                                                                      refused for a node id in conflict
 ``rq:queue:{prefix}``                   list    RQ's                  RQ: the planning queue (job ids)
 ``rq:job:{rq_job_id}``                  hash    RQ's                  RQ: one planning job
 ``rq:queues``                           set     none                  RQ: the queues under this prefix
@@ -195,6 +211,26 @@ class Keys:
     @property
     def nodes(self) -> str:
         return f"{self._p}nodes"
+
+    def boots(self, node_id: str) -> str:
+        return f"{self._p}boots:{check_id(node_id, 'node_id')}"
+
+    @property
+    def boots_prefix(self) -> str:
+        """What every ``boots:{node_id}`` key starts with (``heartbeat.lua``, as ``node_prefix``)."""
+        return f"{self._p}boots:"
+
+    def conflict(self, node_id: str) -> str:
+        return f"{self._p}conflict:{check_id(node_id, 'node_id')}"
+
+    @property
+    def conflict_prefix(self) -> str:
+        """What every ``conflict:{node_id}`` key starts with (``heartbeat.lua``, as ``node_prefix``)."""
+        return f"{self._p}conflict:"
+
+    @property
+    def conflicts(self) -> str:
+        return f"{self._p}conflicts"
 
     def held(self, node_id: str) -> str:
         return f"{self._p}held:{check_id(node_id, 'node_id')}"

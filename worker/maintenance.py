@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from worker import conflicts, logs, moves, planning, quarantine
 from worker import constants as C
-from worker import logs, moves, planning, quarantine
 from worker.errors import BadRecord
 from worker.keys import planning_job_id
 from worker.records import JobRecord, JobState, utcnow
@@ -64,6 +64,8 @@ def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
 
     for state in (JobState.FAILED, JobState.CANCELLED, JobState.RELEASED):
         r.zremrangebyscore(k.jobs(state), "-inf", now - C.FINISHED_TTL_S * 1000)
+    # a node id's conflict clears as its record's TTL runs out: its entry in the index goes after it
+    conflicts.prune(store, now)
 
     due = force or r.set(k.lock("waiting-sweep"), "1", nx=True, px=int(C.WAITING_SWEEP_INTERVAL_S * 1000))
     if due:

@@ -25,6 +25,9 @@ HISTOGRAMS: dict[str, tuple[float, ...]] = {
     "wake_latency_seconds": (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 }
 COUNTERS = ("commit_conflicts",)
+CONFLICT_HEARTBEATS = "conflict_heartbeats"
+"""The counter of heartbeats refused because two agents claim their node id: ``heartbeat.lua`` adds to
+it in ``stats`` as it refuses them, not a worker."""
 
 _lock = threading.Lock()
 _pending: dict[str, float] = {}

@@ -94,20 +94,26 @@ def node_restarted(store: Store, node_id: str, boot_id: str) -> int:
 
 def node_silent(store: Store, node_id: str) -> int:
     """The replicas on a node whose heartbeat lapsed wait again; the node leaves the pool's index. Nothing
-    if its heartbeat is back."""
-    if store.redis.exists(store.keys.node(node_id)):
+    if its heartbeat is back. A node id two agents publish under has no heartbeat stored either (the
+    heartbeat script keeps it out of the pool): its jobs go the same way, the reason saying why."""
+    with store.redis.pipeline(transaction=False) as pipe:
+        pipe.exists(store.keys.node(node_id))
+        pipe.exists(store.keys.conflict(node_id))
+        alive, conflict = pipe.execute()
+    if alive:
         return 0
+    why = f"node {node_id} is claimed by two agents" if conflict else f"node {node_id} went silent"
     held = store.held_on(node_id)
     jobs = sorted({job_of_hold(hid) for hid, h in held.items() if not h.unreadable})
-    count = sum(lose_node(store, j, node_id, f"node {node_id} went silent") for j in jobs)
+    count = sum(lose_node(store, j, node_id, why) for j in jobs)
     for j in jobs:  # nominations on it go too
-        _drop_nomination(store, j, node_id)
+        _drop_nomination(store, j, node_id, why)
     store.forget_node_if_silent(node_id)
-    log.info("node_silent", node_id=node_id, jobs=count)
+    log.info("node_silent", node_id=node_id, jobs=count, conflict=bool(conflict))
     return count
 
 
-def _drop_nomination(store: Store, job_id: str, node_id: str) -> None:
+def _drop_nomination(store: Store, job_id: str, node_id: str, why: str) -> None:
     rec = readable_job(store, job_id)
     if rec is None or rec.nomination is None or node_id not in nominated_cards(rec.nomination.holds):
         return
@@ -115,7 +121,7 @@ def _drop_nomination(store: Store, job_id: str, node_id: str) -> None:
     store.transition(
         rec,
         new,
-        reason=f"node {node_id} went silent; hold dropped",
+        reason=f"{why}; hold dropped",
         score=waiting_score(rec),
         pending=(waits_on(rec, rec.alternatives), waiting_score(rec)) if rec.pending else None,
         clear=[(h.node_id, h.hold_id, class_of(rec)) for h in rec.nomination.holds],

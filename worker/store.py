@@ -17,6 +17,7 @@ import redis
 from worker import calls as calls_
 from worker import constants as C
 from worker import logs, poolread, quarantine
+from worker.beats import Heartbeats
 from worker.errors import BadRecord, WrongType
 from worker.handoffs import Handoffs
 from worker.jobtext import read_job
@@ -24,7 +25,7 @@ from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold
 from worker.mirror import Mirror
 from worker.pool import UNREADABLE, Held, HoldSpec, Snapshot, parse_cache
 from worker.queueing import planning_queue
-from worker.records import JobRecord, JobState, NodeRecord, utcnow
+from worker.records import JobRecord, JobState, utcnow
 from worker.scripts import script, text
 
 log = logs.get_logger("modelplan.worker")
@@ -56,7 +57,7 @@ class Outcome:
         return self.code == "ok"
 
 
-class Store(Handoffs):
+class Store(Handoffs, Heartbeats):
     """One Redis connection's view of modelplan's state under one prefix."""
 
     def __init__(self, client: redis.Redis, keys: Keys | None = None) -> None:
@@ -70,40 +71,6 @@ class Store(Handoffs):
         """Held while a job or a wake-up pass plans on this store's mirror: one at a time in a process."""
 
     # --- nodes ------------------------------------------------------------------------------------------
-
-    def put_heartbeat(self, record: NodeRecord) -> tuple[bool, bool, bool]:
-        """Store a heartbeat: ``(stored, wake, restarted)``. An older heartbeat of the same boot is not
-        stored; ``wake`` that it signalled a wake-up pass; ``restarted`` that the node has a new boot."""
-        return self.put_stored([(record.node_id, record.model_dump_json())])[0]
-
-    def put_heartbeats(self, records: Sequence[NodeRecord]) -> list[tuple[bool, bool, bool]]:
-        """Store several heartbeats in one round trip, each checked against its node's last alone, exactly
-        as ``put_heartbeat`` would: ``(stored, wake, restarted)`` for each, in order (``wake`` for the
-        whole batch). For a relay that forwards many nodes' heartbeats, and for loading a pool."""
-        return self.put_stored([(r.node_id, r.model_dump_json()) for r in records])
-
-    def put_stored(self, beats: Sequence[tuple[str, str]]) -> list[tuple[bool, bool, bool]]:
-        """``put_heartbeats`` of heartbeats already validated, each as its node's id and its stored record's
-        JSON (``records.stored_json``): ``heartbeat.lua`` a batch of ``HEARTBEAT_BATCH`` at a time, in one
-        round trip."""
-        if not beats:
-            return []
-        beat = script(self.redis, "heartbeat")
-        step = C.HEARTBEAT_BATCH
-        calls = [calls_.heartbeat_call(self.keys, beats[i : i + step]) for i in range(0, len(beats), step)]
-        if len(calls) == 1:
-            replies = [beat(keys=calls[0][0], args=calls[0][1])]
-        else:
-            with self.redis.pipeline(transaction=False) as pipe:
-                pipe.scripts.add(beat)  # loaded once for the batch if the server lost it
-                for keys, args in calls:
-                    pipe.execute_command("EVALSHA", beat.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
-                replies = pipe.execute()
-        out: list[tuple[bool, bool, bool]] = []
-        for reply in replies:
-            wake = int(reply[0]) == 1
-            out += [(text(reply[j]) == "ok", wake, int(reply[j + 1]) == 1) for j in range(1, len(reply), 2)]
-        return out
 
     def node_ids(self) -> list[str]:
         """The ids in the pool's index; a member that is not a node id is reported and skipped."""

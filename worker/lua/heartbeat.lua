@@ -3,10 +3,13 @@
 -- own last heartbeat alone, in order, exactly as one call each would.
 --
 -- KEYS[1] nodes   KEYS[2] epoch   KEYS[3] wake:signal   KEYS[4] wake:classes   KEYS[5] pool:changes
--- KEYS[6] pending:classes
+-- KEYS[6] pending:classes   KEYS[7] conflicts   KEYS[8] stats
 --
 -- ARGV[1] node TTL, ms   ARGV[2] pool:changes MAXLEN   ARGV[3] what every node:{id} key starts with
--- ARGV[4] what every held:{id} key starts with
+-- ARGV[4] what every held:{id} key starts with   ARGV[5] what every boots:{id} key starts with
+-- ARGV[6] what every conflict:{id} key starts with   ARGV[7] how long a boot is remembered once another
+-- took its place, ms   ARGV[8] how long a conflict lasts past its last flip, ms   ARGV[9] the field of
+-- stats that counts the heartbeats refused for a conflict
 -- then for each node (2): node id, its record's JSON (``NodeRecord`` as modelplan writes it)
 --
 -- A node's score in nodes is when its heartbeat lapses, by the server's clock (as its key's TTL runs), so
@@ -27,12 +30,30 @@
 -- waits on (pending:classes), or for a node that joined or came back, which may change any job's best
 -- option.
 --
+-- Two agents under one node id (a cloned machine image) take turns: each heartbeat carries the other's
+-- boot. A restart puts its old boot out for good, so a boot that another took the place of is
+-- remembered for a while (boots:{id}: when it was last heard, its last seq), and heard again with a later
+-- seq it is a second agent, not a restart; with a seq no later than its last it is a heartbeat sent before
+-- the restart that arrived late, and changes nothing. Then the node id is in conflict (conflict:{id}: the
+-- boots heard, since when, how many times the boot changed; indexed in conflicts by when it clears): the
+-- node leaves the pool (its record deleted, gone on pool:changes, its lapse in nodes moved to now, so that
+-- the sweep hands its jobs on as for a node gone silent), and its heartbeats are refused and counted in
+-- stats, none a restart. The conflict lasts until one boot alone has been heard for its time; the
+-- heartbeat after that is a node joining.
+--
 -- Returns {wake, then for each node: code, restarted}: wake 1 when this call signalled a wake-up pass;
--- code "ok", "stale" (an older heartbeat: nothing changed) or "bad" (a record that does not decode:
--- nothing stored); restarted 1 when the node came back with a new boot, or came back after its heartbeat
--- lapsed, while jobs hold reservations on it: the caller has those checked.
+-- code "ok", "stale" (an older heartbeat: nothing changed), "bad" (a record that does not decode:
+-- nothing stored) or "conflict" (two agents claim the node id: not stored); restarted 1 when the node
+-- came back with a new boot, or came back after its heartbeat lapsed, while jobs hold reservations on it:
+-- the caller has those checked.
 
 local ttl, maxlen, node_prefix, held_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local boots_prefix, conflict_prefix, remember, clear = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
+local refused_field = ARGV[9]
+local FIRST = 10 -- the first node's id in ARGV
+if not remember or not clear then
+  return redis.error_reply('heartbeat.lua: ARGV[7] and ARGV[8] are times in ms')
+end
 
 -- A record in modelplan's layout is {<view>,"seq":N,"schema_version":1,"received_at":"<time>"}: its view
 -- is everything but the seq and the time (what a plan reads, and the boot). No value in a record holds a
@@ -49,6 +70,7 @@ local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
 local lapse = string.format('%d', now_ms + tonumber(ttl)) -- each node's score, made once for the call
 local freed = {}
 local refreshed = {}
+local refused = 0
 local out = {0}
 
 local function store(node_key, node_id, raw, refresh)
@@ -65,10 +87,127 @@ end
 local function decoded(raw)
   local ok, rec = pcall(cjson.decode, raw)
   if ok and type(rec) == 'table' and type(rec.seq) == 'number' and type(rec.free_gpus) == 'number'
-      and type(rec.host_free_gb) == 'number' then
+      and type(rec.host_free_gb) == 'number' and type(rec.boot_id) == 'string' then
     return rec
   end
   return nil
+end
+
+-- a whole number as JSON holds it: cjson writes 14 digits, and a seq may have 16
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+-- the boots remembered on a node (boots:{id}) and heard within the window, each {boot id, when last
+-- heard (ms), its last seq}, oldest first; what does not decode to that is forgotten
+local function remembered(boots_key)
+  local out = {}
+  local ok, seen = pcall(cjson.decode, redis.call('GET', boots_key) or '{}')
+  if not ok or type(seen) ~= 'table' then
+    return out
+  end
+  for boot, b in pairs(seen) do
+    if type(boot) == 'string' and type(b) == 'table' and type(b[1]) == 'number' and type(b[2]) == 'number'
+        and b[1] > now_ms - remember then
+      out[#out + 1] = {boot, b[1], b[2]}
+    end
+  end
+  table.sort(out, function(x, y) return x[2] < y[2] or (x[2] == y[2] and x[1] < y[1]) end)
+  return out
+end
+
+local function remember_boots(boots_key, boots)
+  local parts = {}
+  for _, b in ipairs(boots) do
+    parts[#parts + 1] = cjson.encode(b[1]) .. ':[' .. int(b[2]) .. ',' .. int(b[3]) .. ']'
+  end
+  redis.call('SET', boots_key, '{' .. table.concat(parts, ',') .. '}', 'PX', remember)
+end
+
+-- a conflict record (conflict:{id}) as {boots = {{boot id, when last heard, last seq}...} in the order
+-- first heard, flips, since, last boot}, or nil when it does not decode to one
+local function conflict_of(raw)
+  local ok, c = pcall(cjson.decode, raw)
+  if not ok or type(c) ~= 'table' or type(c.boots) ~= 'table' or type(c.flips) ~= 'number'
+      or type(c.since_ms) ~= 'number' or type(c.last_boot) ~= 'string' then
+    return nil
+  end
+  local boots = {}
+  for _, b in ipairs(c.boots) do
+    if type(b) ~= 'table' or type(b.boot_id) ~= 'string' or type(b.heard_ms) ~= 'number'
+        or type(b.seq) ~= 'number' then
+      return nil
+    end
+    boots[#boots + 1] = {b.boot_id, b.heard_ms, b.seq}
+  end
+  return {boots = boots, flips = c.flips, since = c.since_ms, last = c.last_boot}
+end
+
+-- writes a node's conflict record (PX: a flip starts its time again; else KEEPTTL) and remembers its boots
+local function put_conflict(node_id, c, flipped)
+  local boots = {}
+  for _, b in ipairs(c.boots) do
+    boots[#boots + 1] = '{"boot_id":' .. cjson.encode(b[1]) .. ',"heard_ms":' .. int(b[2]) .. ',"seq":'
+      .. int(b[3]) .. '}'
+  end
+  local raw = '{"node_id":' .. cjson.encode(node_id) .. ',"boots":[' .. table.concat(boots, ',')
+    .. '],"last_boot":' .. cjson.encode(c.last) .. ',"flips":' .. int(c.flips) .. ',"since_ms":'
+    .. int(c.since) .. ',"last_heard_ms":' .. int(now_ms) .. ',"schema_version":1}'
+  if flipped then
+    redis.call('SET', conflict_prefix .. node_id, raw, 'PX', clear)
+    redis.call('ZADD', KEYS[7], int(now_ms + clear), node_id)
+  else
+    redis.call('SET', conflict_prefix .. node_id, raw, 'KEEPTTL')
+  end
+  remember_boots(boots_prefix .. node_id, c.boots)
+  refused = refused + 1
+  return 'conflict', 0
+end
+
+-- a heartbeat of a node id in conflict: refused, its boot and seq noted
+local function in_conflict(node_id, raw, new)
+  local c = conflict_of(raw) or {boots = {}, flips = 0, since = now_ms, last = new.boot_id}
+  local heard = nil
+  for _, b in ipairs(c.boots) do
+    if b[1] == new.boot_id then
+      heard = b
+    end
+  end
+  if heard and heard[3] >= new.seq then
+    return 'stale', 0
+  end
+  if heard then
+    heard[2], heard[3] = now_ms, new.seq
+  else
+    c.boots[#c.boots + 1] = {new.boot_id, now_ms, new.seq}
+  end
+  local flipped = c.last ~= new.boot_id
+  if flipped then
+    c.flips, c.last = c.flips + 1, new.boot_id
+  end
+  return put_conflict(node_id, c, flipped)
+end
+
+-- a boot heard again after another took its place (memory: remembered's): the node leaves the pool
+local function begin_conflict(node_id, node_key, memory, new, old)
+  local boots = {}
+  for _, b in ipairs(memory) do
+    if b[1] == new.boot_id then
+      boots[#boots + 1] = {b[1], now_ms, new.seq}
+    elseif b[1] ~= old.boot_id then
+      boots[#boots + 1] = b
+    end
+  end
+  boots[#boots + 1] = {old.boot_id, now_ms, old.seq}
+  redis.call('DEL', node_key)
+  redis.call('ZADD', KEYS[1], int(now_ms), node_id)
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', maxlen, '*', 'n', node_id, 'gone', '1')
+  for i = #refreshed, 1, -1 do -- stored earlier in this call: no longer
+    if refreshed[i] == node_id then
+      table.remove(refreshed, i)
+    end
+  end
+  return put_conflict(node_id, {boots = boots, flips = 1, since = now_ms, last = new.boot_id}, true)
 end
 
 local function beat(node_id, raw)
@@ -93,8 +232,16 @@ local function beat(node_id, raw)
   if not new then
     return 'bad', 0
   end
+  if not old_raw then
+    -- a node in conflict has no record: only then is there one to look for
+    local conflict_raw = redis.call('GET', conflict_prefix .. node_id)
+    if conflict_raw then
+      return in_conflict(node_id, conflict_raw, new)
+    end
+  end
   local class = type(new.gpu_class) == 'string' and new.gpu_class or ''
   local restarted = 0
+  local memory = nil
   -- a stored heartbeat that does not decode is as good as none: this one replaces it
   local old = old_raw and decoded(old_raw)
   if old then
@@ -112,6 +259,15 @@ local function beat(node_id, raw)
         freed[class] = true
       end
     else
+      memory = remembered(boots_prefix .. node_id)
+      for _, b in ipairs(memory) do
+        if b[1] == new.boot_id then
+          if b[3] >= new.seq then
+            return 'stale', 0
+          end
+          return begin_conflict(node_id, node_key, memory, new, old)
+        end
+      end
       restarted = 1
     end
   elseif redis.call('HLEN', held_prefix .. node_id) > 0 then
@@ -122,11 +278,22 @@ local function beat(node_id, raw)
     -- a node joining (or back from a restart) may change any waiting job's best option: wake them all
     freed['*'] = true
   end
+  if memory then
+    -- the boot this one took the place of: heard again, it is a second agent
+    local boots = {}
+    for _, b in ipairs(memory) do
+      if b[1] ~= old.boot_id then
+        boots[#boots + 1] = b
+      end
+    end
+    boots[#boots + 1] = {old.boot_id, now_ms, old.seq}
+    remember_boots(boots_prefix .. node_id, boots)
+  end
   store(node_key, node_id, raw, false)
   return 'ok', restarted
 end
 
-for a = 5, #ARGV, 2 do
+for a = FIRST, #ARGV, 2 do
   local code, restarted = beat(ARGV[a], ARGV[a + 1])
   out[#out + 1] = code
   out[#out + 1] = restarted
@@ -134,6 +301,10 @@ end
 
 if #refreshed > 0 then
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', maxlen, '*', 'ns', table.concat(refreshed, ' '), 't', ttl)
+end
+
+if refused > 0 then
+  redis.call('HINCRBY', KEYS[8], refused_field, refused)
 end
 
 if next(freed) then

@@ -1,0 +1,93 @@
+"""Storing heartbeats (``heartbeat.lua``) and what the script says of each: ``Store`` has these as its own;
+kept apart from its reads and commits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import redis
+
+from worker import calls as calls_
+from worker import constants as C
+from worker.keys import Keys
+from worker.records import NodeRecord
+from worker.scripts import script, text
+
+
+class Beat(StrEnum):
+    """What became of one heartbeat: ``heartbeat.lua``'s code for it."""
+
+    OK = "ok"
+    """Stored."""
+    STALE = "stale"
+    """Older than the one stored of its boot (or a boot another took the place of, sent before that):
+    nothing changed."""
+    BAD = "bad"
+    """Its record does not decode: nothing stored (modelplan never sends one)."""
+    CONFLICT = "conflict"
+    """Refused: two agents publish under its node id (``conflict:{node_id}`` says which boots), and the
+    node is out of the pool until one alone has been heard for ``CONFLICT_CLEAR_MS``."""
+
+
+@dataclass(frozen=True, slots=True)
+class BeatReply:
+    """``heartbeat.lua``'s reply for one heartbeat."""
+
+    beat: Beat
+    wake: bool
+    """The call signalled a wake-up pass (said of every heartbeat of one call)."""
+    restarted: bool
+    """The node has a new boot, or came back after its heartbeat lapsed, while jobs hold reservations on
+    it: the caller has those checked (``node_restarted``)."""
+
+    @property
+    def stored(self) -> bool:
+        return self.beat is Beat.OK
+
+
+class Heartbeats:
+    """Heartbeats stored under one prefix, for ``Store``."""
+
+    redis: redis.Redis
+    keys: Keys
+
+    def put_heartbeat(self, record: NodeRecord) -> tuple[bool, bool, bool]:
+        """Store a heartbeat: ``(stored, wake, restarted)``. An older heartbeat of the same boot is not
+        stored; ``wake`` that it signalled a wake-up pass; ``restarted`` that the node has a new boot."""
+        return self.put_stored([(record.node_id, record.model_dump_json())])[0]
+
+    def put_heartbeats(self, records: Sequence[NodeRecord]) -> list[tuple[bool, bool, bool]]:
+        """Store several heartbeats in one round trip, each checked against its node's last alone, exactly
+        as ``put_heartbeat`` would: ``(stored, wake, restarted)`` for each, in order (``wake`` for the
+        whole batch). For a relay that forwards many nodes' heartbeats, and for loading a pool."""
+        return self.put_stored([(r.node_id, r.model_dump_json()) for r in records])
+
+    def put_stored(self, beats: Sequence[tuple[str, str]]) -> list[tuple[bool, bool, bool]]:
+        """``put_heartbeats`` of heartbeats already validated, each as its node's id and its stored record's
+        JSON (``records.stored_json``): ``(stored, wake, restarted)`` of each ``beat_stored`` reply."""
+        return [(b.stored, b.wake, b.restarted) for b in self.beat_stored(beats)]
+
+    def beat_stored(self, beats: Sequence[tuple[str, str]]) -> list[BeatReply]:
+        """Store heartbeats already validated, each as its node's id and its stored record's JSON
+        (``records.stored_json``): what became of each, in order. ``heartbeat.lua`` a batch of
+        ``HEARTBEAT_BATCH`` at a time, in one round trip."""
+        if not beats:
+            return []
+        beat = script(self.redis, "heartbeat")
+        step = C.HEARTBEAT_BATCH
+        calls = [calls_.heartbeat_call(self.keys, beats[i : i + step]) for i in range(0, len(beats), step)]
+        if len(calls) == 1:
+            replies = [beat(keys=calls[0][0], args=calls[0][1])]
+        else:
+            with self.redis.pipeline(transaction=False) as pipe:
+                pipe.scripts.add(beat)  # loaded once for the batch if the server lost it
+                for keys, args in calls:
+                    pipe.execute_command("EVALSHA", beat.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+                replies = pipe.execute()
+        out: list[BeatReply] = []
+        for reply in replies:
+            wake = int(reply[0]) == 1
+            out += [BeatReply(Beat(text(reply[j])), wake, int(reply[j + 1]) == 1) for j in range(1, len(reply), 2)]
+        return out
