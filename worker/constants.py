@@ -128,10 +128,22 @@ REPLY_TTL_S = 24 * 3600
 """How long a reply stream lives after its last answer: a sender that went away leaves nothing for long."""
 
 OUTAGE_RETRY_S = 1.0
-"""How long the request reader waits before trying Redis again after a failed read."""
+"""How long the request reader waits before trying Redis again after a failed read: the first pause;
+each failure in a row doubles it, up to ``RETRY_MAX_S``."""
 
 RQ_RESTART_S = 2.0
-"""How long a worker waits before starting RQ's loop again after it quit on an error (Redis away)."""
+"""How long a worker waits before starting RQ's loop again after it quit on an error (Redis away): the
+first pause; each time it quits again at once the pause doubles, up to ``RETRY_MAX_S``."""
+
+RETRY_FIRST_S = 0.05
+"""The waker's first pause after a try that failed: a pass put off is a job left waiting, so it tries again
+soon; each failure in a row doubles the pause, up to ``RETRY_MAX_S``. (The request reader starts from
+``OUTAGE_RETRY_S``, RQ's loop from ``RQ_RESTART_S``, the sweep from its interval.)"""
+
+RETRY_MAX_S = 10.0
+"""The longest pause of a worker's loop that keeps failing (an error that does not mend, Redis busy with a
+script past its time limit): a try every so often and a line when it changes, not a loop that spins and
+writes megabytes of log a second; within a third of the safety net's ``WAITING_SWEEP_INTERVAL_S``."""
 
 RQ_HEARTBEAT_EVERY_S = 1.0
 """How often, at most, a worker renews its own registration with RQ (its hash's ``last_heartbeat``

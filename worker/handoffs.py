@@ -10,7 +10,10 @@ import redis
 from rq import Queue
 
 from worker import constants as C
+from worker import logs
 from worker.keys import Keys, planning_job_id
+
+log = logs.get_logger("modelplan.worker")
 
 
 class Handoffs:
@@ -35,11 +38,23 @@ class Handoffs:
 
     def wait_for_pass(self, timeout_s: float) -> bool:
         """Take the token on ``wake:signal``, waiting up to ``timeout_s`` for one (0: not at all): True when
-        a wake-up pass is due."""
+        a wake-up pass is due.
+
+        A key of another type there (anyone who may write the prefix can) is a signal too: the scripts
+        that free capacity push a token only onto a key that is not there, so a wrong-typed key stands for
+        every token they did not push. It is deleted, said once, and a pass is due (one may be: a pass
+        looks again, and decides nothing on the signal alone)."""
         k = self.keys
-        if timeout_s <= 0:
-            return self.redis.lpop(k.wake_signal) is not None
-        return self.redis.blpop([k.wake_signal], timeout=timeout_s) is not None
+        try:
+            if timeout_s <= 0:
+                return self.redis.lpop(k.wake_signal) is not None
+            return self.redis.blpop([k.wake_signal], timeout=timeout_s) is not None
+        except redis.ResponseError as e:
+            if not str(e).startswith("WRONGTYPE"):
+                raise
+            self.redis.delete(k.wake_signal)
+            log.warning("wake_signal_repaired", key=k.wake_signal, error=str(e)[:200])
+            return True
 
     # --- the queue ----------------------------------------------------------------------------------------
 
