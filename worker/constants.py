@@ -58,6 +58,21 @@ placement's commit re-checks every node's room (a card taken since is a retry on
 waiting commit re-checks the epoch (capacity freed since wakes the job). A stale read costs a retry. A
 failure, final and re-checked by nothing, is decided on a fresh read."""
 
+HOLD_MAX_BYTES = 1024
+"""The longest stored hold a worker reads: ``transition.lua`` writes some 80 bytes (cards, GiB, boot id,
+a flag). One longer (written by hand, or to fill memory) is not parsed but counted unreadable: every card
+of its node taken, as for a hold that does not parse."""
+
+PARSE_CACHE_SLACK = 10_000
+"""Entries a parse cache may hold past twice the pool before it is emptied: hold values repeat (the same
+cards, boot and flags), so their cache stays small, and is emptied when it reaches this."""
+
+PARSE_CACHE_ENTRY_MAX_BYTES = 16 * 1024
+"""The longest stored node record a parse cache keeps: a heartbeat of a node running a few dozen replicas
+is a few KiB. A longer one is parsed each time it is read, not kept by its bytes, so that distinct large
+values cannot grow a worker's memory (with ``PARSE_CACHE_SLACK`` and ``HOLD_MAX_BYTES``, the bound on
+what the cache keeps beyond the pool)."""
+
 PLAN_ATTEMPTS = 5
 """How many times a worker plans again when its commit finds the cards taken since its snapshot."""
 
