@@ -12,6 +12,7 @@ from rq import Queue
 from worker import constants as C
 from worker import logs
 from worker.keys import Keys, planning_job_id
+from worker.scripts import script
 
 log = logs.get_logger("modelplan.worker")
 
@@ -27,14 +28,10 @@ class Handoffs:
 
     def signal_pass(self, full: bool = False) -> None:
         """Signal a wake-up pass (``full``: over every pending job, not only the woken classes), as the
-        scripts do when they free capacity: a token on ``wake:signal``, one at most."""
+        scripts do when they free capacity (``signal_pass.lua``): a token on ``wake:signal``, one at most.
+        In a script, so that it needs no command the scripts do not (it was a transaction with LTRIM)."""
         k = self.keys
-        with self.redis.pipeline(transaction=True) as pipe:
-            if full:
-                pipe.sadd(k.wake_classes, "*")
-            pipe.rpush(k.wake_signal, "1")
-            pipe.ltrim(k.wake_signal, 0, 0)
-            pipe.execute()
+        script(self.redis, "signal_pass")(keys=[k.wake_signal, k.wake_classes], args=[int(full)])
 
     def wait_for_pass(self, timeout_s: float) -> bool:
         """Take the token on ``wake:signal``, waiting up to ``timeout_s`` for one (0: not at all): True when

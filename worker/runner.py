@@ -32,7 +32,7 @@ from worker import jobs, logs, metrics, requests, retry
 from worker.config import connect, estimate, redact
 from worker.errors import RedisUnavailable, Refused
 from worker.keys import Keys
-from worker.maintenance import sweep
+from worker.maintenance import SweepState, sweep
 from worker.queueing import PlanningJob, planning_queue, vet
 from worker.requests import Consumer
 from worker.store import Store
@@ -231,10 +231,11 @@ def _maintain(url: str, keys: Keys, stop: threading.Event) -> None:
     store = Store(connect(url), keys)
     outage = retry.Outage("maintenance")
     backoff = retry.Backoff(C.MAINTENANCE_INTERVAL_S)
+    state = SweepState()
     pause = C.MAINTENANCE_INTERVAL_S
     while not stop.wait(pause):
         try:
-            sweep(store)
+            sweep(store, state=state)
             metrics.flush(store.redis, keys)
             outage.over()
             backoff.succeeded()

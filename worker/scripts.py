@@ -10,7 +10,15 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-NAMES = ("transition", "claim", "heartbeat", "take_wake", "quarantine_job", "recount_pending")
+NAMES = (
+    "transition",
+    "claim",
+    "heartbeat",
+    "take_wake",
+    "quarantine_job",
+    "recount_pending",
+    "signal_pass",
+)
 
 PRELUDES: dict[str, tuple[str, ...]] = {
     name: ("pending_counts",) for name in ("transition", "claim", "quarantine_job", "recount_pending")
