@@ -35,6 +35,23 @@ MAINTENANCE_LOCK_MS = 1_500
 WAITING_SWEEP_INTERVAL_S = 30.0
 """The safety net: every waiting job is re-planned this often even if no wake-up came."""
 
+ORPHAN_GRACE_S = 10.0
+"""How long a hold no job owns must be seen so, unchanged and its job's record unchanged, before the sweep
+clears it: a commit writes a hold and its record in one step, so this guards only against what no script
+promises (a hold written by anything else); a lapsed lease (``LEASE_MS``) is no shorter."""
+
+ORPHAN_SWEEP_NODES = 250
+"""Nodes of ``held:nodes`` whose holds one sweep judges (a read of their holds and of their jobs'
+records, some 10 KB each): some 2.5 MB a sweep at most, a megabyte or so a second; a pool of 100,000 nodes
+that hold jobs is gone over in under a quarter of an hour, one of a few hundred in every sweep."""
+
+ORPHANS_KEPT = 10_000
+"""Holds seen with no owner that a worker remembers until their grace is past: past it, more are left for
+a later round (a bound on what anyone writing ``held:{node}`` can make a worker keep)."""
+
+ORPHANS_LOGGED = 20
+"""Reclaimed holds named in one ``holds_reclaimed`` line; the count names them all."""
+
 QUEUED_LOST_MS = 10_000
 """A job ``queued`` this long whose planning job is no longer on the queue was lost: taken off the queue by
 a worker that died before it could claim the job (a claim comes milliseconds after). It is enqueued

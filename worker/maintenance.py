@@ -1,7 +1,7 @@
 """The periodic sweep: what no event announces. A worker whose lease ran out, a node that went silent, a
 job queued but never picked up, finished jobs past their time, the safety-net re-plan of every waiting
-job, and quarantine entries whose record is fixed. One worker at a time sweeps (a short
-lock), however many run.
+job, holds no job owns (``orphans``), and quarantine entries whose record is fixed. One worker at a time
+sweeps (a short lock), however many run.
 
 Each step stands alone: one that fails (a command the login may not run, a key of the wrong type, a bug)
 is logged once for as long as it keeps failing the same way, and the steps after it run all the same.
@@ -15,7 +15,7 @@ from datetime import datetime
 import redis
 
 from worker import constants as C
-from worker import logs, moves, planning, quarantine, retry
+from worker import logs, moves, orphans, planning, quarantine, retry
 from worker.errors import BadRecord
 from worker.keys import planning_job_id
 from worker.records import JobRecord, JobState, utcnow
@@ -26,10 +26,11 @@ log = logs.get_logger("modelplan.maintenance")
 
 class SweepState:
     """What one worker's sweeps carry from one to the next: the steps failing now (each said once until it
-    succeeds again)."""
+    succeeds again), and the holds seen with no owner, not yet past their grace (``orphans``)."""
 
     def __init__(self) -> None:
         self.failing: dict[str, str] = {}
+        self.orphans = orphans.Seen()
 
 
 Step = Callable[[Store, int, bool, SweepState], int]
@@ -148,6 +149,10 @@ def _waiting(store: Store, now: int, force: bool, state: SweepState) -> int:
     return 1
 
 
+def _holds(store: Store, now: int, force: bool, state: SweepState) -> int:
+    return orphans.reclaim(store, state.orphans)
+
+
 def _quarantine(store: Store, now: int, force: bool, state: SweepState) -> int:
     return quarantine.prune(store.redis, store.keys)
 
@@ -158,6 +163,7 @@ STEPS: dict[str, Step] = {
     "requeued_lost": _lost,
     "finished_trimmed": _finished,
     "waiting_sweep": _waiting,
+    "holds_reclaimed": _holds,
     "quarantine_cleared": _quarantine,
 }
 """The sweep's steps in the order they run, by the name each is counted and logged under."""

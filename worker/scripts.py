@@ -17,6 +17,7 @@ NAMES = (
     "take_wake",
     "quarantine_job",
     "recount_pending",
+    "reclaim_holds",
     "signal_pass",
 )
 
