@@ -26,12 +26,15 @@ class Handoffs:
 
     # --- the wake-up signal ---------------------------------------------------------------------------
 
-    def signal_pass(self, full: bool = False) -> None:
+    def signal_pass(self, full: bool = False) -> int:
         """Signal a wake-up pass (``full``: over every pending job, not only the woken classes), as the
         scripts do when they free capacity (``signal_pass.lua``): a token on ``wake:signal``, one at most.
-        In a script, so that it needs no command the scripts do not (it was a transaction with LTRIM)."""
+        In a script, so that it needs no command the scripts do not (it was a transaction with LTRIM).
+        ``wake:signal`` or ``wake:classes`` of the wrong type is put right (and the pass made full): how
+        many of them were."""
         k = self.keys
-        script(self.redis, "signal_pass")(keys=[k.wake_signal, k.wake_classes], args=[int(full)])
+        _, repaired = script(self.redis, "signal_pass")(keys=[k.wake_signal, k.wake_classes], args=[int(full)])
+        return int(repaired)
 
     def wait_for_pass(self, timeout_s: float) -> bool:
         """Take the token on ``wake:signal``, waiting up to ``timeout_s`` for one (0: not at all): True when

@@ -1,7 +1,7 @@
 """The periodic sweep: what no event announces. A worker whose lease ran out, a node that went silent, a
-job queued but never picked up, finished jobs past their time, the safety-net re-plan of every waiting
-job, holds no job owns (``orphans``), and quarantine entries whose record is fixed. One worker at a time
-sweeps (a short lock), however many run.
+job queued but never picked up, finished jobs past their time, wake-up keys of the wrong type, the
+safety-net re-plan of every waiting job, holds no job owns (``orphans``), and quarantine entries whose
+record is fixed. One worker at a time sweeps (a short lock), however many run.
 
 Each step stands alone: one that fails (a command the login may not run, a key of the wrong type, a bug)
 is logged once for as long as it keeps failing the same way, and the steps after it run all the same.
@@ -19,6 +19,7 @@ from worker import logs, moves, orphans, planning, quarantine, retry
 from worker.errors import BadRecord
 from worker.keys import planning_job_id
 from worker.records import JobRecord, JobState, utcnow
+from worker.scripts import text
 from worker.store import Store, now_ms
 
 log = logs.get_logger("modelplan.maintenance")
@@ -149,6 +150,23 @@ def _waiting(store: Store, now: int, force: bool, state: SweepState) -> int:
     return 1
 
 
+def _wake_keys(store: Store, now: int, force: bool, state: SweepState) -> int:
+    """Put ``wake:signal`` and ``wake:classes`` right if either is of another type: every script that
+    frees capacity writes them (a heartbeat's would fail on them), so they are looked at every sweep, one
+    round trip; a full pass is signalled in their place."""
+    k = store.keys
+    with store.redis.pipeline(transaction=False) as pipe:
+        pipe.type(k.wake_signal)
+        pipe.type(k.wake_classes)
+        signal, classes = (text(t) for t in pipe.execute())
+    if signal in ("list", "none") and classes in ("set", "none"):
+        return 0
+    repaired = store.signal_pass(full=True)
+    if repaired:
+        log.warning("wake_keys_repaired", wake_signal=signal, wake_classes=classes)
+    return repaired
+
+
 def _holds(store: Store, now: int, force: bool, state: SweepState) -> int:
     return orphans.reclaim(store, state.orphans)
 
@@ -162,6 +180,7 @@ STEPS: dict[str, Step] = {
     "node_silent": _silent,
     "requeued_lost": _lost,
     "finished_trimmed": _finished,
+    "wake_keys_repaired": _wake_keys,
     "waiting_sweep": _waiting,
     "holds_reclaimed": _holds,
     "quarantine_cleared": _quarantine,

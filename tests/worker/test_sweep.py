@@ -116,17 +116,31 @@ def test_redis_away_ends_the_sweep_for_its_loop_to_say_once(client: Client, monk
         maintenance.sweep(client.store, force=True)
 
 
-def test_a_wrong_typed_signal_holds_back_neither_the_safety_net_nor_its_pass(client: Client) -> None:
-    """``wake:signal`` written as a string: the sweep's signal counts it as the token it is (as the scripts
-    do), and the pass runs, the key put right by the waker's take of it."""
+@pytest.mark.parametrize("key", ["wake_signal", "wake_classes"])
+def test_a_wrong_typed_wake_key_is_put_right_by_the_next_sweep(client: Client, key: str) -> None:
+    """``wake:signal`` or ``wake:classes`` written as a string: every script that frees capacity writes
+    them (a heartbeat's call fails on a wrong-typed ``wake:classes``), so the sweep looks at both each time,
+    puts them right and signals a full pass; the waiting job is placed and heartbeats go through again."""
     job = waiting_on_a_freed_card(client)
-    client.redis.set(client.keys.wake_signal, "x")
+    client.redis.set(getattr(client.keys, key), "x")
     with capture_logs() as events:
         done = maintenance.sweep(client.store, force=True)
-        drain(client)
-    assert done["waiting_sweep"] == 1
-    assert [e["event"] for e in events if "failed" in e["event"] or "repaired" in e["event"]] == [
-        "wake_signal_repaired"
-    ]
+    assert (done["wake_keys_repaired"], done["waiting_sweep"]) == (1, 1)
+    assert [e["event"] for e in events if "failed" in e["event"] or "repaired" in e["event"]] == ["wake_keys_repaired"]
+    assert client.redis.lrange(client.keys.wake_signal, 0, -1) == [b"1"]
+    assert client.redis.smembers(client.keys.wake_classes) == {b"*"}
+    drain(client)
     assert client.get(job).state is JobState.PLACED
-    assert not client.redis.exists(client.keys.wake_signal)
+    client.heartbeat(hb("gpu-1", gpus=1, free=0, seq=3))  # the card taken now, as its node reports it
+    client.heartbeat(hb("gpu-1", gpus=1, free=1, seq=4))
+    assert maintenance.sweep(client.store, force=True)["wake_keys_repaired"] == 0
+
+
+def test_a_pass_takes_a_wrong_typed_wake_classes_as_every_class(client: Client) -> None:
+    """Met by the pass before a sweep put it right: every pending job is planned, and the key deleted."""
+    job = waiting_on_a_freed_card(client)
+    client.redis.set(client.keys.wake_classes, "x")
+    client.redis.rpush(client.keys.wake_signal, "1")
+    drain(client)
+    assert client.get(job).state is JobState.PLACED
+    assert not client.redis.exists(client.keys.wake_classes) and not signalled(client)
