@@ -47,6 +47,23 @@ MAINTENANCE_LOCK_MS = 1_500
 WAITING_SWEEP_INTERVAL_S = 30.0
 """The safety net: every waiting job is re-planned this often even if no wake-up came."""
 
+ORPHAN_GRACE_S = 10.0
+"""How long a hold no job owns must be seen so, unchanged and its job's record unchanged, before the sweep
+clears it: a commit writes a hold and its record in one step, so this guards only against what no script
+promises (a hold written by anything else); a lapsed lease (``LEASE_MS``) is no shorter."""
+
+ORPHAN_SWEEP_NODES = 250
+"""Nodes of ``held:nodes`` whose holds one sweep judges (a read of their holds and of their jobs'
+records, some 10 KB each): some 2.5 MB a sweep at most, a megabyte or so a second; a pool of 100,000 nodes
+that hold jobs is gone over in under a quarter of an hour, one of a few hundred in every sweep."""
+
+ORPHANS_KEPT = 10_000
+"""Holds seen with no owner that a worker remembers until their grace is past: past it, more are left for
+a later round (a bound on what anyone writing ``held:{node}`` can make a worker keep)."""
+
+ORPHANS_LOGGED = 20
+"""Reclaimed holds named in one ``holds_reclaimed`` line; the count names them all."""
+
 QUEUED_LOST_MS = 10_000
 """A job ``queued`` this long whose planning job is no longer on the queue was lost: taken off the queue by
 a worker that died before it could claim the job (a claim comes milliseconds after). It is enqueued
@@ -69,6 +86,21 @@ SNAPSHOT_REUSE_S = 0.25
 placement's commit re-checks every node's room (a card taken since is a retry on a fresh read), and a
 waiting commit re-checks the epoch (capacity freed since wakes the job). A stale read costs a retry. A
 failure, final and re-checked by nothing, is decided on a fresh read."""
+
+HOLD_MAX_BYTES = 1024
+"""The longest stored hold a worker reads: ``transition.lua`` writes some 80 bytes (cards, GiB, boot id,
+a flag). One longer (written by hand, or to fill memory) is not parsed but counted unreadable: every card
+of its node taken, as for a hold that does not parse."""
+
+PARSE_CACHE_SLACK = 10_000
+"""Entries a parse cache may hold past twice the pool before it is emptied: hold values repeat (the same
+cards, boot and flags), so their cache stays small, and is emptied when it reaches this."""
+
+PARSE_CACHE_ENTRY_MAX_BYTES = 16 * 1024
+"""The longest stored node record a parse cache keeps: a heartbeat of a node running a few dozen replicas
+is a few KiB. A longer one is parsed each time it is read, not kept by its bytes, so that distinct large
+values cannot grow a worker's memory (with ``PARSE_CACHE_SLACK`` and ``HOLD_MAX_BYTES``, the bound on
+what the cache keeps beyond the pool)."""
 
 PLAN_ATTEMPTS = 5
 """How many times a worker plans again when its commit finds the cards taken since its snapshot."""
@@ -140,10 +172,22 @@ REPLY_TTL_S = 24 * 3600
 """How long a reply stream lives after its last answer: a sender that went away leaves nothing for long."""
 
 OUTAGE_RETRY_S = 1.0
-"""How long the request reader waits before trying Redis again after a failed read."""
+"""How long the request reader waits before trying Redis again after a failed read: the first pause;
+each failure in a row doubles it, up to ``RETRY_MAX_S``."""
 
 RQ_RESTART_S = 2.0
-"""How long a worker waits before starting RQ's loop again after it quit on an error (Redis away)."""
+"""How long a worker waits before starting RQ's loop again after it quit on an error (Redis away): the
+first pause; each time it quits again at once the pause doubles, up to ``RETRY_MAX_S``."""
+
+RETRY_FIRST_S = 0.05
+"""The waker's first pause after a try that failed: a pass put off is a job left waiting, so it tries again
+soon; each failure in a row doubles the pause, up to ``RETRY_MAX_S``. (The request reader starts from
+``OUTAGE_RETRY_S``, RQ's loop from ``RQ_RESTART_S``, the sweep from its interval.)"""
+
+RETRY_MAX_S = 10.0
+"""The longest pause of a worker's loop that keeps failing (an error that does not mend, Redis busy with a
+script past its time limit): a try every so often and a line when it changes, not a loop that spins and
+writes megabytes of log a second; within a third of the safety net's ``WAITING_SWEEP_INTERVAL_S``."""
 
 RQ_HEARTBEAT_EVERY_S = 1.0
 """How often, at most, a worker renews its own registration with RQ (its hash's ``last_heartbeat``

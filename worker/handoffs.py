@@ -10,7 +10,11 @@ import redis
 from rq import Queue
 
 from worker import constants as C
+from worker import logs
 from worker.keys import Keys, planning_job_id
+from worker.scripts import script
+
+log = logs.get_logger("modelplan.worker")
 
 
 class Handoffs:
@@ -22,24 +26,35 @@ class Handoffs:
 
     # --- the wake-up signal ---------------------------------------------------------------------------
 
-    def signal_pass(self, full: bool = False) -> None:
+    def signal_pass(self, full: bool = False) -> int:
         """Signal a wake-up pass (``full``: over every pending job, not only the woken classes), as the
-        scripts do when they free capacity: a token on ``wake:signal``, one at most."""
+        scripts do when they free capacity (``signal_pass.lua``): a token on ``wake:signal``, one at most.
+        In a script, so that it needs no command the scripts do not (it was a transaction with LTRIM).
+        ``wake:signal`` or ``wake:classes`` of the wrong type is put right (and the pass made full): how
+        many of them were."""
         k = self.keys
-        with self.redis.pipeline(transaction=True) as pipe:
-            if full:
-                pipe.sadd(k.wake_classes, "*")
-            pipe.rpush(k.wake_signal, "1")
-            pipe.ltrim(k.wake_signal, 0, 0)
-            pipe.execute()
+        _, repaired = script(self.redis, "signal_pass")(keys=[k.wake_signal, k.wake_classes], args=[int(full)])
+        return int(repaired)
 
     def wait_for_pass(self, timeout_s: float) -> bool:
         """Take the token on ``wake:signal``, waiting up to ``timeout_s`` for one (0: not at all): True when
-        a wake-up pass is due."""
+        a wake-up pass is due.
+
+        A key of another type there (anyone who may write the prefix can) is a signal too: the scripts
+        that free capacity push a token only onto a key that is not there, so a wrong-typed key stands for
+        every token they did not push. It is deleted, said once, and a pass is due (one may be: a pass
+        looks again, and decides nothing on the signal alone)."""
         k = self.keys
-        if timeout_s <= 0:
-            return self.redis.lpop(k.wake_signal) is not None
-        return self.redis.blpop([k.wake_signal], timeout=timeout_s) is not None
+        try:
+            if timeout_s <= 0:
+                return self.redis.lpop(k.wake_signal) is not None
+            return self.redis.blpop([k.wake_signal], timeout=timeout_s) is not None
+        except redis.ResponseError as e:
+            if not str(e).startswith("WRONGTYPE"):
+                raise
+            self.redis.delete(k.wake_signal)
+            log.warning("wake_signal_repaired", key=k.wake_signal, error=str(e)[:200])
+            return True
 
     # --- the queue ----------------------------------------------------------------------------------------
 

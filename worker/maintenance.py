@@ -1,29 +1,82 @@
 """The periodic sweep: what no event announces. A worker whose lease ran out, a node that went silent, a
-job queued but never picked up, and the safety-net re-plan of every waiting job. One worker at a time
-sweeps (a short lock), however many run."""
+job queued but never picked up, finished jobs past their time, wake-up keys of the wrong type, the
+safety-net re-plan of every waiting job, holds no job owns (``orphans``), and quarantine entries whose
+record is fixed. One worker at a time sweeps (a short lock), however many run.
+
+Each step stands alone: one that fails (a command the login may not run, a key of the wrong type, a bug)
+is logged once for as long as it keeps failing the same way, and the steps after it run all the same.
+Only Redis away or busy ends a sweep: every step would fail alike, and the loop says so once."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
-from worker import conflicts, logs, moves, planning, quarantine
+import redis
+
 from worker import constants as C
+from worker import conflicts, logs, moves, orphans, planning, quarantine, retry
 from worker.errors import BadRecord
 from worker.keys import planning_job_id
 from worker.records import JobRecord, JobState, utcnow
+from worker.scripts import text
 from worker.store import Store, now_ms
 
 log = logs.get_logger("modelplan.maintenance")
 
 
-def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
-    """One sweep, if no other worker is sweeping; ``force`` skips the lock (tests, ``--burst``)."""
+class SweepState:
+    """What one worker's sweeps carry from one to the next: the steps failing now (each said once until it
+    succeeds again), and the holds seen with no owner, not yet past their grace (``orphans``)."""
+
+    def __init__(self) -> None:
+        self.failing: dict[str, str] = {}
+        self.orphans = orphans.Seen()
+
+
+Step = Callable[[Store, int, bool, SweepState], int]
+
+
+def sweep(store: Store, *, force: bool = False, state: SweepState | None = None) -> dict[str, int]:
+    """One sweep, if no other worker is sweeping; ``force`` skips the lock (tests, ``--burst``). ``state``:
+    what the sweeps of one worker carry between them (a fresh one when not given). What each step did, by
+    its name."""
     k, r = store.keys, store.redis
     if not force and not r.set(k.lock("maintenance"), "1", nx=True, px=C.MAINTENANCE_LOCK_MS):
         return {}
+    state = state if state is not None else SweepState()
     now = now_ms()
-    done = {"lease_expired": 0, "node_silent": 0, "requeued_lost": 0, "waiting_sweep": 0, "quarantine_cleared": 0}
+    done = {name: 0 for name in STEPS}
+    for name, step in STEPS.items():
+        try:
+            done[name] = step(store, now, force, state)
+        except Exception as e:
+            if retry.unavailable(e):
+                raise
+            _failed(state, name, e)
+            continue
+        if state.failing.pop(name, None) is not None:
+            log.info("maintenance_step_resumed", step=name)
+    if any(done.values()):
+        log.info("maintenance_sweep", **done)
+    return done
 
+
+def _failed(state: SweepState, step: str, error: Exception) -> None:
+    kind = f"{type(error).__name__}:{str(error)[:80]}"
+    if state.failing.get(step) == kind:
+        return
+    state.failing[step] = kind
+    fields = {"step": step, "error": str(error)[:200], "error_type": type(error).__name__}
+    if isinstance(error, redis.RedisError | BadRecord):
+        log.warning("maintenance_step_failed", **fields)  # Redis refused it: its answer says why
+    else:
+        log.exception("maintenance_step_failed", **fields)
+
+
+def _leases(store: Store, now: int, force: bool, state: SweepState) -> int:
+    k, r = store.keys, store.redis
+    n = 0
     planning_ids = r.zrangebyscore(k.jobs(JobState.PLANNING), "-inf", now)
     for job_id in store.valid_ids(planning_ids, k.jobs(JobState.PLANNING), "a job id", "skipped"):
         lapsed = utcnow()
@@ -36,50 +89,109 @@ def sweep(store: Store, *, force: bool = False) -> dict[str, int]:
             continue
         who = rec.worker
         if moves.requeue(store, job_id, f"worker {who} stopped mid-plan (its lease expired)", expired):
-            done["lease_expired"] += 1
+            n += 1
+    return n
 
+
+def _silent(store: Store, now: int, force: bool, state: SweepState) -> int:
+    n = 0
     for node_id in store.silent_nodes():
-        done["node_silent"] += 1
+        n += 1
         if store.held_on(node_id):
             # its jobs are planned again by a worker, on the pool it keeps in memory, rather than on a
             # whole read of the pool made here
             store.hand_off_silent(node_id, now + C.SILENT_HANDOFF_MS)
         else:
             moves.node_silent(store, node_id)
+    return n
 
+
+def _lost(store: Store, now: int, force: bool, state: SweepState) -> int:
+    k, r = store.keys, store.redis
     old_raw = r.zrangebyscore(k.jobs(JobState.QUEUED), "-inf", now - C.QUEUED_LOST_MS)
     old = store.valid_ids(old_raw, k.jobs(JobState.QUEUED), "a job id", "skipped")
-    if old:
-        # a record that does not parse is marked failed (or, written by a newer modelplan, left to it)
-        # rather than queued again every sweep
-        old = [j for j, rec in zip(old, store.jobs(old), strict=True) if not _unreadable(store, j, rec)]
-        on_queue = set(store.queue.get_job_ids())
-        for job_id in old:
-            # bump its time first, so that the next sweep does not enqueue it again at once
-            if planning_job_id(job_id) not in on_queue and r.zadd(
-                k.jobs(JobState.QUEUED), {job_id: now}, xx=True, ch=True
-            ):
-                store.enqueue_plan(job_id)
-                done["requeued_lost"] += 1
+    if not old:
+        return 0
+    # a record that does not parse is marked failed (or, written by a newer modelplan, left to it) rather
+    # than queued again every sweep
+    old = [j for j, rec in zip(old, store.jobs(old), strict=True) if not _unreadable(store, j, rec)]
+    on_queue = set(store.queue.get_job_ids())
+    n = 0
+    for job_id in old:
+        # bump its time first, so that the next sweep does not enqueue it again at once
+        if planning_job_id(job_id) not in on_queue and r.zadd(k.jobs(JobState.QUEUED), {job_id: now}, xx=True, ch=True):
+            store.enqueue_plan(job_id)
+            n += 1
+    return n
 
-    for state in (JobState.FAILED, JobState.CANCELLED, JobState.RELEASED):
-        r.zremrangebyscore(k.jobs(state), "-inf", now - C.FINISHED_TTL_S * 1000)
-    # a node id's conflict clears as its record's TTL runs out: its entry in the index goes after it
-    conflicts.prune(store, now)
 
-    due = force or r.set(k.lock("waiting-sweep"), "1", nx=True, px=int(C.WAITING_SWEEP_INTERVAL_S * 1000))
-    if due:
+def _finished(store: Store, now: int, force: bool, state: SweepState) -> int:
+    k, r = store.keys, store.redis
+    return sum(
+        int(r.zremrangebyscore(k.jobs(s), "-inf", now - C.FINISHED_TTL_S * 1000))
+        for s in (JobState.FAILED, JobState.CANCELLED, JobState.RELEASED)
+    )
+
+
+def _waiting(store: Store, now: int, force: bool, state: SweepState) -> int:
+    k, r = store.keys, store.redis
+    if not (force or r.set(k.lock("waiting-sweep"), "1", nx=True, px=int(C.WAITING_SWEEP_INTERVAL_S * 1000))):
+        return 0
+    try:
         # what heartbeats read to wake anyone: right again whatever went wrong with it since
         store.recount_pending()
-    if due and r.zcard(k.jobs(JobState.WAITING)):
+        if not r.zcard(k.jobs(JobState.WAITING)):
+            return 0
         store.signal_pass(full=True)
-        done["waiting_sweep"] = 1
+    except Exception:
+        if not force:  # not done: the next sweep tries again, rather than the one after the interval
+            r.delete(k.lock("waiting-sweep"))
+        raise
+    return 1
 
-    done["quarantine_cleared"] = quarantine.prune(r, k)
 
-    if any(done.values()):
-        log.info("maintenance_sweep", **done)
-    return done
+def _wake_keys(store: Store, now: int, force: bool, state: SweepState) -> int:
+    """Put ``wake:signal`` and ``wake:classes`` right if either is of another type: every script that
+    frees capacity writes them (a heartbeat's would fail on them), so they are looked at every sweep, one
+    round trip; a full pass is signalled in their place."""
+    k = store.keys
+    with store.redis.pipeline(transaction=False) as pipe:
+        pipe.type(k.wake_signal)
+        pipe.type(k.wake_classes)
+        signal, classes = (text(t) for t in pipe.execute())
+    if signal in ("list", "none") and classes in ("set", "none"):
+        return 0
+    repaired = store.signal_pass(full=True)
+    if repaired:
+        log.warning("wake_keys_repaired", wake_signal=signal, wake_classes=classes)
+    return repaired
+
+
+def _conflicts(store: Store, now: int, force: bool, state: SweepState) -> int:
+    """A node id's conflict clears as its record's TTL runs out: its entry in the index goes after it."""
+    return conflicts.prune(store, now)
+
+
+def _holds(store: Store, now: int, force: bool, state: SweepState) -> int:
+    return orphans.reclaim(store, state.orphans)
+
+
+def _quarantine(store: Store, now: int, force: bool, state: SweepState) -> int:
+    return quarantine.prune(store.redis, store.keys)
+
+
+STEPS: dict[str, Step] = {
+    "lease_expired": _leases,
+    "node_silent": _silent,
+    "requeued_lost": _lost,
+    "finished_trimmed": _finished,
+    "conflicts_cleared": _conflicts,
+    "wake_keys_repaired": _wake_keys,
+    "waiting_sweep": _waiting,
+    "holds_reclaimed": _holds,
+    "quarantine_cleared": _quarantine,
+}
+"""The sweep's steps in the order they run, by the name each is counted and logged under."""
 
 
 def _unreadable(store: Store, job_id: str, rec: JobRecord | BadRecord | None) -> bool:

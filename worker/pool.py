@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from planner import PoolNode
 from planner.index import PoolIndex
 from planner.view import PoolView
+from worker import constants as C
 from worker.errors import BadRecord
 from worker.keys import Keys, job_of_hold
 from worker.records import NodeRecord, read_record
@@ -31,7 +32,11 @@ class Held:
 
     @staticmethod
     def parse(value: bytes | str) -> Held:
-        """A stored hold; ``UNREADABLE`` (with the reason) for one that does not parse."""
+        """A stored hold; ``UNREADABLE`` (with the reason) for one that does not parse, or that is longer
+        than ``HOLD_MAX_BYTES`` (not parsed at all)."""
+        if len(value) > C.HOLD_MAX_BYTES:
+            why = f"hold is {len(value)} bytes, past the {C.HOLD_MAX_BYTES} a hold may have"
+            return replace(UNREADABLE, unreadable=why)
         try:
             d = json.loads(value)
             gpus, host_gb = d["gpus"], d["host_gb"]
@@ -80,7 +85,11 @@ class ParseCache:
     A worker reads every node's heartbeat for every plan, but a node's stored bytes change only when it
     publishes (every 5 s), so nearly every read is of bytes already validated: the same bytes parse to the
     same value, so the cached one is exact. Kept to about the size of the latest reads, so a pool that
-    shrinks does not keep what it lost."""
+    shrinks does not keep what it lost; and bounded whatever is written to the pool's keys between reads:
+    no more node records than twice the pool and ``PARSE_CACHE_SLACK``, each at most
+    ``PARSE_CACHE_ENTRY_MAX_BYTES`` (a longer one is parsed each time, not kept), and no more holds than
+    ``PARSE_CACHE_SLACK``, each at most ``HOLD_MAX_BYTES`` (a longer one is not even parsed). A cache that
+    reaches its bound is emptied: the next reads fill it again."""
 
     def __init__(self) -> None:
         self.nodes: dict[bytes, ParsedNode] = {}
@@ -88,10 +97,14 @@ class ParseCache:
         self.holds: dict[bytes, Held] = {}
         self.node_keys: dict[str, dict[str, str]] = {}
         """``Keys.node`` of each node id, by prefix: the key checks its id, and a pool is read often."""
+        self.pool_size = 0
+        """Nodes in the pool being read, or last read whole: the node cache keeps twice that and slack."""
 
     def node_keys_of(self, keys: Keys, ids: Sequence[str]) -> list[str]:
+        """The keys of a whole read's nodes (``ids``): the read's start, which sizes the node cache."""
+        self.pool_size = max(self.pool_size, len(ids))
         known = self.node_keys.setdefault(keys.prefix, {})
-        if len(known) > 2 * len(ids) + PARSE_CACHE_SLACK:
+        if len(known) > 2 * len(ids) + C.PARSE_CACHE_SLACK:
             known.clear()
         out = []
         for i in ids:
@@ -105,37 +118,46 @@ class ParseCache:
         """The node a stored heartbeat holds; ``BadRecord`` for one that does not parse (remembered, so
         that it is not parsed again while its bytes stay the same)."""
         got = self.nodes.get(raw)
-        if got is None:
-            bad = self.bad_nodes.get(raw)
-            if bad is not None:
-                raise BadRecord(key, bad.what, raw, newer=bad.newer)
-            try:
-                got = self.nodes[raw] = ParsedNode.of(read_record(NodeRecord, raw, key))
-            except BadRecord as e:
+        if got is not None:
+            return got
+        bad = self.bad_nodes.get(raw)
+        if bad is not None:
+            raise BadRecord(key, bad.what, raw, newer=bad.newer)
+        keep = len(raw) <= C.PARSE_CACHE_ENTRY_MAX_BYTES
+        try:
+            got = ParsedNode.of(read_record(NodeRecord, raw, key))
+        except BadRecord as e:
+            if keep:
+                if len(self.bad_nodes) >= C.PARSE_CACHE_SLACK:
+                    self.bad_nodes.clear()
                 self.bad_nodes[raw] = e
-                raise
+            raise
+        if keep:
+            if len(self.nodes) >= 2 * self.pool_size + C.PARSE_CACHE_SLACK:
+                self.nodes.clear()
+            self.nodes[raw] = got
         return got
 
     def hold(self, raw: bytes) -> Held:
         got = self.holds.get(raw)
         if got is None:
-            got = self.holds[raw] = Held.parse(raw)
+            got = Held.parse(raw)
+            if not (got.unreadable and len(raw) > C.HOLD_MAX_BYTES):  # not parsed: nothing to keep
+                if len(self.holds) >= C.PARSE_CACHE_SLACK:
+                    self.holds.clear()
+                self.holds[raw] = got
         return got
 
     def trim(self, node_raws: Sequence[bytes | None]) -> None:
         """Drop what the latest read no longer holds once the cache has grown well past it."""
-        live = len(node_raws)
-        if len(self.nodes) > 2 * live + PARSE_CACHE_SLACK:
+        live = self.pool_size = len(node_raws)
+        if len(self.nodes) > 2 * live + C.PARSE_CACHE_SLACK:
             self.nodes = {raw: self.nodes[raw] for raw in node_raws if raw is not None and raw in self.nodes}
-        if len(self.holds) > PARSE_CACHE_SLACK:
+        if len(self.holds) > C.PARSE_CACHE_SLACK:
             self.holds = {}
-        if len(self.bad_nodes) > PARSE_CACHE_SLACK:
+        if len(self.bad_nodes) > C.PARSE_CACHE_SLACK:
             self.bad_nodes = {}
 
-
-PARSE_CACHE_SLACK = 10_000
-"""Entries a parse cache may hold past twice the pool before it is trimmed: hold values repeat (the same
-cards, boot and flags), so their cache stays small and is simply dropped past this."""
 
 parse_cache = ParseCache()
 """This process's parse cache, kept across snapshots."""

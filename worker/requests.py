@@ -32,7 +32,7 @@ import redis
 
 from planner import InvalidInput, ModelplanError
 from worker import constants as C
-from worker import logs
+from worker import logs, retry
 from worker.errors import BadRecord, NotReplicated, RedisForbidden, RedisUnavailable, WrongState
 from worker.keys import Keys, check_id
 from worker.records import JobState, ServeRequest, parse_request
@@ -338,12 +338,13 @@ class Consumer:
 
 
 def serve(url: str, keys: Keys, name: str, stop: Any) -> None:
-    """The worker's request thread: read and carry out entries until ``stop`` is set. Redis going away (or
-    refusing the stream commands for the login's ACL rules) is logged once, as one line, and tried again
-    every ``OUTAGE_RETRY_S``."""
+    """The worker's request thread: read and carry out entries until ``stop`` is set. Redis going away or
+    busy (or refusing the stream commands for the login's ACL rules) is logged once, as one line, and
+    tried again after ``OUTAGE_RETRY_S``, a pause that doubles while it keeps failing (``retry.Backoff``)."""
     from worker.config import connect
 
     consumer = Consumer(Store(connect(url), keys), name)
+    backoff = retry.Backoff(C.OUTAGE_RETRY_S)
     trouble = ""
     error: Exception
     while not stop.is_set():
@@ -352,17 +353,19 @@ def serve(url: str, keys: Keys, name: str, stop: Any) -> None:
             if trouble:
                 log.info("requests_resumed", worker=name)
                 trouble = ""
+            backoff.succeeded()
             continue
         except (redis.exceptions.NoPermissionError, RedisForbidden) as e:
             now, event, error = "forbidden", "requests_forbidden", e
-        except (redis.ConnectionError, redis.TimeoutError, RedisUnavailable) as e:
-            now, event, error = "unavailable", "requests_unavailable", e
-        except Exception as e:  # a bug: said once per kind, with its traceback, not every second
-            now, event, error = f"failed:{type(e).__name__}", "requests_failed", e
-            if now != trouble:
-                log.exception(event, worker=name)
+        except Exception as e:
+            if isinstance(e, RedisUnavailable) or retry.unavailable(e):
+                now, event, error = "unavailable", "requests_unavailable", e
+            else:  # a bug: said once per kind, with its traceback, not every time round
+                now, event, error = f"failed:{type(e).__name__}", "requests_failed", e
+                if now != trouble:
+                    log.exception(event, worker=name)
         if now != trouble and event != "requests_failed":
             log.warning(event, worker=name, error=str(error)[:200], error_type=type(error).__name__)
         trouble = now
-        stop.wait(C.OUTAGE_RETRY_S)
+        stop.wait(backoff.failed())
     consumer.leave()

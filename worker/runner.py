@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -27,11 +28,11 @@ from rq.serializers import JSONSerializer
 from rq.utils import now as rq_now
 
 from worker import constants as C
-from worker import jobs, logs, metrics, requests
+from worker import jobs, logs, metrics, requests, retry
 from worker.config import connect, estimate, redact
 from worker.errors import RedisUnavailable, Refused
 from worker.keys import Keys
-from worker.maintenance import sweep
+from worker.maintenance import SweepState, sweep
 from worker.queueing import PlanningJob, planning_queue, vet
 from worker.requests import Consumer
 from worker.store import Store
@@ -179,8 +180,11 @@ def run_passes(store: Store, name: str) -> bool:
 def _wake(store: Store, name: str, stop: threading.Event) -> None:
     """The waker: take each signal on ``wake:signal`` as it comes and run the pass, until ``stop``. While
     none comes it keeps the pool mirror up to date (every ``WAKE_KEEP_UP_S``), and between passes keeps
-    the collector off it (``freeze``)."""
-    outage = Outage("waker")
+    the collector off it (``freeze``). A try that fails is tried again after a pause that grows while
+    they keep failing (``retry.Backoff``), never at once: the signal waits in Redis, or the sweep's pass
+    comes, meanwhile."""
+    outage = retry.Outage("waker", failed_event="wake_pass_failed")
+    backoff = retry.Backoff(C.RETRY_FIRST_S)
     frozen = Frozen()
     while not stop.is_set():
         try:
@@ -191,30 +195,10 @@ def _wake(store: Store, name: str, stop: threading.Event) -> None:
                     store.keep_warm(C.WAKE_KEEP_UP_S)
             frozen.keep(store.whole_reads)
             outage.over()
-        except (redis.ConnectionError, redis.TimeoutError) as e:
-            outage.began(e)  # the signal waits in Redis (or the sweep's pass comes) until it is back
-            stop.wait(C.RQ_RESTART_S)
-        except Exception:  # a pass that fails otherwise: the next signal, or the sweep's pass, tries again
-            log.exception("wake_pass_failed")
-
-
-class Outage:
-    """Redis away from one of a worker's loops, said once as one line (``{loop}_failed``), not a traceback
-    each time round, and once again when it is back (``{loop}_resumed``)."""
-
-    def __init__(self, loop: str) -> None:
-        self.loop = loop
-        self.down = False
-
-    def began(self, error: Exception) -> None:
-        if not self.down:
-            log.warning(f"{self.loop}_failed", error=str(error)[:200], redis_unavailable=True)
-            self.down = True
-
-    def over(self) -> None:
-        if self.down:
-            log.info(f"{self.loop}_resumed")
-            self.down = False
+            backoff.succeeded()
+        except Exception as e:  # Redis away or busy, or a pass that failed: tried again after the pause
+            outage.failed(e)
+            stop.wait(backoff.failed())
 
 
 class Frozen:
@@ -245,16 +229,20 @@ def worker_name() -> str:
 
 def _maintain(url: str, keys: Keys, stop: threading.Event) -> None:
     store = Store(connect(url), keys)
-    outage = Outage("maintenance")
-    while not stop.wait(C.MAINTENANCE_INTERVAL_S):
+    outage = retry.Outage("maintenance")
+    backoff = retry.Backoff(C.MAINTENANCE_INTERVAL_S)
+    state = SweepState()
+    pause = C.MAINTENANCE_INTERVAL_S
+    while not stop.wait(pause):
         try:
-            sweep(store)
+            sweep(store, state=state)
             metrics.flush(store.redis, keys)
             outage.over()
-        except (redis.ConnectionError, redis.TimeoutError) as e:
-            outage.began(e)
-        except Exception:  # a sweep that fails otherwise is tried again next interval
-            log.exception("maintenance_failed")
+            backoff.succeeded()
+            pause = C.MAINTENANCE_INTERVAL_S
+        except Exception as e:  # Redis away or busy, or a sweep that failed whole: tried again after a pause
+            outage.failed(e)
+            pause = max(C.MAINTENANCE_INTERVAL_S, backoff.failed())
 
 
 def run(url: str, prefix: str, *, burst: bool = False) -> None:
@@ -305,12 +293,15 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
         log.info("worker_stopped", worker=name)
 
 
-def _work(store: Store, name: str, burst: bool) -> None:
+def _work(store: Store, name: str, burst: bool, sleep: Callable[[float], None] = time.sleep) -> None:
     """RQ's loop, started again when it gives up on its own: RQ quits on an error it does not handle, such
     as the master going away while it records a job's end in a failover, and a worker is to carry on by
-    itself once Redis is back. It stops for good on a signal, or in burst mode."""
+    itself once Redis is back. It stops for good on a signal, or in burst mode. A loop that keeps giving
+    up at once is started again after a pause that grows each time (``retry.Backoff``)."""
+    backoff = retry.Backoff(C.RQ_RESTART_S)
     while True:
         w: PlanningWorker | None = None
+        started = time.monotonic()
         try:
             # RQ's worker names itself to Redis as it is made: Redis may be away by then too
             w = planning_worker(store, name=name)
@@ -319,13 +310,16 @@ def _work(store: Store, name: str, burst: bool) -> None:
             raise  # the login lacks a right: no retry mends that
         except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as e:
             # a reply error too: mid-failover, a transaction RQ sends as it records a job's end or its own
-            # comes back aborted (the old master now a replica, a write refused)
+            # comes back aborted (the old master now a replica, a write refused); Redis busy with a script
             if burst:
                 raise
             log.warning("rq_loop_failed", worker=name, error=str(e)[:200])
         if burst or getattr(w, "_shutdown_requested_date", None) is not None:
             return
+        if time.monotonic() - started > C.RETRY_MAX_S:
+            backoff.succeeded()  # it ran a while before it gave up: not a loop that fails at once
         # RQ may not have recorded its own end: its registration would refuse the same name again
         name = worker_name()
-        log.warning("rq_loop_restarting", worker=name, after_s=C.RQ_RESTART_S)
-        time.sleep(C.RQ_RESTART_S)
+        pause = backoff.failed()
+        log.warning("rq_loop_restarting", worker=name, after_s=pause)
+        sleep(pause)

@@ -10,7 +10,16 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-NAMES = ("transition", "claim", "heartbeat", "take_wake", "quarantine_job", "recount_pending")
+NAMES = (
+    "transition",
+    "claim",
+    "heartbeat",
+    "take_wake",
+    "quarantine_job",
+    "recount_pending",
+    "reclaim_holds",
+    "signal_pass",
+)
 
 PRELUDES: dict[str, tuple[str, ...]] = {
     "transition": ("key_types", "pending_counts"),

@@ -3,6 +3,7 @@ capacity, and runs the wake-up pass itself, with no RQ job, one at a time with t
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import threading
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from producer import Client
 from tests.worker.helpers import drain, hb, queued_functions, request, signalled
@@ -24,16 +26,24 @@ from worker.store import Store
 WITHIN_S = 10.0
 
 
-@pytest.fixture
-def waker(client: Client) -> Iterator[tuple[Store, threading.Thread, threading.Event]]:
+@contextlib.contextmanager
+def running_waker(client: Client) -> Iterator[tuple[Store, threading.Thread, threading.Event]]:
     """A waker thread on the store this process's jobs use, as ``modelplan worker`` starts one."""
     store = jobs.store_for(client.redis, client.keys.prefix)
     stop = threading.Event()
     thread = threading.Thread(target=runner._wake, args=(store, "test-waker", stop), daemon=True)
     thread.start()
-    yield store, thread, stop
-    stop.set()
-    thread.join(timeout=WITHIN_S)
+    try:
+        yield store, thread, stop
+    finally:
+        stop.set()
+        thread.join(timeout=WITHIN_S)
+
+
+@pytest.fixture
+def waker(client: Client) -> Iterator[tuple[Store, threading.Thread, threading.Event]]:
+    with running_waker(client) as running:
+        yield running
 
 
 def waiting_job(client: Client) -> str:
@@ -238,3 +248,25 @@ def test_a_commit_refused_in_a_pass_leaves_the_mirror_as_redis_is(client: Client
     for node in ("gpu-big", "gpu-new"):
         in_redis = {text(k) for k in client.redis.hkeys(client.keys.held(node))}
         assert set(store.snapshot().held.get(node, {})) == in_redis, node
+
+
+def test_a_wrong_typed_signal_is_a_signal_and_the_waker_repairs_it(client: Client) -> None:
+    """``wake:signal`` written as a string (any writer may): the waker takes it as a pass that may be due,
+    puts the key right and runs the pass, so the waiting job is placed; it says so once, rather than
+    retrying its wait in a loop that writes a traceback each time round; and signals work after it."""
+    job = waiting_job(client)
+    client.redis.set(client.keys.wake_signal, "x")
+    client.heartbeat(hb("gpu-1", gpus=1, free=1, seq=2))  # frees the card: the token is never pushed
+    with capture_logs() as events, running_waker(client):
+        assert eventually(lambda: client.get(job).state is JobState.PLACED)
+        assert eventually(lambda: client.redis.type(client.keys.wake_signal) in (b"none", b"list"))
+        second = client.submit(request(), job_id="second")
+        drain(client)
+        assert client.get(second).state is JobState.WAITING
+        client.heartbeat(hb("gpu-2", gpus=1, free=1, seq=1))  # a node joins: a token, as always
+        assert eventually(lambda: client.get(second).state is JobState.PLACED)
+    names = [e["event"] for e in events]
+    assert names.count("wake_signal_repaired") == 1, names
+    assert "wake_pass_failed" not in names, names
+    assert len(names) < 40, names  # a pass or two and what they placed, not a line per retry
+    assert not signalled(client) and queued_functions(client) == []

@@ -4,7 +4,7 @@
 -- until now, and capacity freed from here on signals another.
 --
 -- A pending job is picked when the pass is full (ARGV[2] is 1, or '*' was freed: a node joined or came
--- back, or a record was dropped), when pending:for does not say what it waits for, when it waits for
+-- back, or a record was dropped; or wake:classes is not a set, taken as '*' and deleted), when pending:for does not say what it waits for, when it waits for
 -- 'any' class, or when one of the classes it waits for (comma-joined) was freed (each freed entry may be
 -- comma-joined too).
 --
@@ -14,11 +14,16 @@
 
 local BATCH = 1000 -- ids per HMGET: unpack takes a few thousand values at most
 
+local full = ARGV[2] == '1'
+-- wake:classes of another type (anyone who may write the prefix can) stands for every class freed
+local classes = {'*'}
+local kind = redis.call('TYPE', KEYS[2]).ok
+if kind == 'set' or kind == 'none' then
+  classes = redis.call('SMEMBERS', KEYS[2])
+end
 redis.call('DEL', KEYS[1])
-local classes = redis.call('SMEMBERS', KEYS[2])
 redis.call('DEL', KEYS[2])
 
-local full = ARGV[2] == '1'
 local freed = {}
 for _, entry in ipairs(classes) do
   for class in string.gmatch(entry, '[^,]+') do
