@@ -23,7 +23,7 @@ from planner.repository import Repository
 from producer.limits import check_index, check_listing
 from producer.relayed import Relayed, Stored
 from worker import constants as C
-from worker import moves, quarantine
+from worker import moves, owners, quarantine
 from worker.config import connect, redact
 from worker.config import prefix as default_prefix
 from worker.config import redis_url as default_url
@@ -31,6 +31,7 @@ from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
 from worker.errors import JobExists, JobNotFound, NotReplicated, RedisForbidden, RedisUnavailable
 from worker.keys import Keys, check_id
+from worker.owners import ANYONE, Acting, Owned
 from worker.pool import Held, Snapshot
 from worker.records import (
     Heartbeat,
@@ -154,28 +155,42 @@ class Client:
 
     # --- serve jobs -------------------------------------------------------------------------------------
 
-    def submit(self, request: ServeRequest | Mapping[str, Any], job_id: str | None = None) -> str:
+    def submit(
+        self,
+        request: ServeRequest | Mapping[str, Any],
+        job_id: str | None = None,
+        *,
+        as_client: Acting = ANYONE,
+        owned: Owned | None = None,
+    ) -> str:
         """Record a serve job and queue it for planning, in one transaction: when this returns, the job is
         stored and queued; when it raises, nothing was. Submitting the same id with the same request again
-        returns the id and queues nothing; with another request it raises ``JobExists``."""
+        returns the id and queues nothing; with another request it raises ``JobExists``.
+
+        ``as_client`` and ``owned`` are the request reader's (``worker.requests``): whom the submit acts for
+        (the job's owner; ``JobTaken`` if the id is another's) and the client's count of replicas, which
+        the submit is admitted to in the same transaction."""
         req = request if isinstance(request, ServeRequest) else parse_request(request)
         job_id = check_id(job_id, "job_id") if job_id is not None else uuid.uuid4().hex
-        self._call(lambda: self._submit(req, job_id))
+        self._call(lambda: self._submit(req, job_id, as_client, owned))
         self._call(partial(self._replicated, f"submit {job_id}"))
         return job_id
 
-    def _submit(self, req: ServeRequest, job_id: str) -> str:
+    def _submit(self, req: ServeRequest, job_id: str, as_client: Acting, owned: Owned | None) -> str:
         k = self.keys
         key = k.job(job_id)
         while True:
             with self.redis.pipeline(transaction=True) as pipe:
                 try:
-                    pipe.watch(key)  # type: ignore[no-untyped-call]
+                    pipe.watch(key, *([owned.key] if owned else []))  # type: ignore[no-untyped-call]
                     raw = pipe.get(key)
                     if raw is not None:
-                        if read_record(JobRecord, raw, key).request == req:
+                        old = read_record(JobRecord, raw, key)
+                        owners.check_submit(old, as_client)
+                        if old.request == req:
                             return job_id
                         raise JobExists(job_id)
+                    admit = owned.admit(pipe, job_id, req.replicas) if owned else None
                     seq = self.store.next_seq()
                     now = utcnow()
                     rec = JobRecord(
@@ -188,6 +203,7 @@ class Client:
                         created_at=now,
                         updated_at=now,
                         reason="queued",
+                        owner=owners.recorded(as_client),
                     )
                     event = {"job_id": job_id, "state": "queued", "version": "0", "reason": "submitted"}
                     pipe.multi()
@@ -196,6 +212,8 @@ class Client:
                     pipe.xadd(k.job_events(job_id), event, maxlen=C.JOB_EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
                     pipe.xadd(k.events, event, maxlen=C.EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
                     self.store.enqueue_plan(job_id, pipeline=pipe)
+                    if admit is not None:
+                        admit(pipe)
                     pipe.execute()
                     return job_id
                 except redis.WatchError:
@@ -230,21 +248,23 @@ class Client:
                 rec = new
                 yield rec
 
-    def release(self, job_id: str) -> JobRecord:
-        """Free a placed job's cards (or memory); waiting jobs that can use them are planned at once."""
-        rec = self._call(lambda: moves.release(self.store, job_id))
+    def release(self, job_id: str, *, as_client: Acting = ANYONE) -> JobRecord:
+        """Free a placed job's cards (or memory); waiting jobs that can use them are planned at once.
+        ``as_client``: whom the call acts for (the request reader's); ``NotOwner`` if the job is not theirs."""
+        rec = self._call(lambda: moves.release(self.store, job_id, as_client))
         self._call(partial(self._replicated, f"release {job_id}"))
         return rec
 
-    def scale(self, job_id: str, replicas: int) -> JobRecord:
-        """Ask for ``replicas`` replicas: new ones are planned at once, surplus ones freed."""
-        rec = self._call(lambda: moves.scale(self.store, job_id, replicas))
+    def scale(self, job_id: str, replicas: int, *, as_client: Acting = ANYONE) -> JobRecord:
+        """Ask for ``replicas`` replicas: new ones are planned at once, surplus ones freed. ``as_client``:
+        as for ``release``."""
+        rec = self._call(lambda: moves.scale(self.store, job_id, replicas, as_client))
         self._call(partial(self._replicated, f"scale {job_id}"))
         return rec
 
-    def cancel(self, job_id: str) -> JobRecord:
-        """Cancel a job that is queued, being planned, or waiting."""
-        rec = self._call(lambda: moves.cancel(self.store, job_id))
+    def cancel(self, job_id: str, *, as_client: Acting = ANYONE) -> JobRecord:
+        """Cancel a job that is queued, being planned, or waiting. ``as_client``: as for ``release``."""
+        rec = self._call(lambda: moves.cancel(self.store, job_id, as_client))
         self._call(partial(self._replicated, f"cancel {job_id}"))
         return rec
 

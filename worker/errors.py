@@ -119,3 +119,26 @@ class NotReplicated(ModelplanError):
             f"{what}: stored on the master, but {acked} of {wanted} replicas had it within {timeout_ms} ms; "
             "a failover now could lose it (repeat it to be sure: the same job id is one job)"
         )
+
+
+class NotOwner(ModelplanError, PermissionError):
+    """Raised by ``release``, ``cancel`` and ``scale`` acting for a client (an entry of its request stream,
+    or of the shared one) on a job that client did not submit. The message does not name the owner."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        ModelplanError.__init__(self, f"job {job_id!r} belongs to another client")
+
+
+class JobTaken(NotOwner, JobExists):
+    """Raised by ``submit`` acting for a client when the job id is already recorded as another client's
+    (or, through the shared stream, as any client's): the id is taken, whatever the request."""
+
+
+class OverQuota(ModelplanError):
+    """Raised by the request reader for a submit or scale past a deployment's bound on replicas: ``setting``
+    names the worker's environment variable that sets it."""
+
+    def __init__(self, job_id: str, setting: str, problem: str) -> None:
+        self.job_id, self.setting = job_id, setting
+        super().__init__(f"job {job_id!r}: {problem} ({setting}); nothing was changed")
