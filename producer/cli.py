@@ -23,12 +23,12 @@ from planner import (
     repository_from_folder,
     repository_from_listing,
 )
-from producer import agent
+from producer import agent, clients
 from producer.client import Client, request_from_repository
 from producer.hub import looks_like_repo_id, resolve
 from producer.limits import check_folder, check_index, check_listing, read_bounded
 from producer.render import beat_text, estimates_text, job_text, options_table, status_text
-from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging, estimate
+from worker.config import CLIENT_ID_ENV, PREFIX_ENV, REDIS_URL_ENV, configure_logging, estimate
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
 from worker.errors import RedisUnavailable
 from worker.keys import Keys
@@ -102,7 +102,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> Client:
-    return Client.from_url(args.redis_url, args.prefix)
+    return Client.from_url(args.redis_url, args.prefix, client_id=getattr(args, "client_id", None))
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -302,7 +302,14 @@ def parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_heartbeat)
 
-    p = sub.add_parser("submit", parents=[redis_args], help="submit a serve job; prints its id")
+    as_client = argparse.ArgumentParser(add_help=False)
+    as_client.add_argument(
+        "--client-id",
+        help=f"act as this registered client, through its own request stream (default: ${CLIENT_ID_ENV}, else "
+        "directly)",
+    )
+
+    p = sub.add_parser("submit", parents=[redis_args, as_client], help="submit a serve job; prints its id")
     _add_repository_args(p)
     p.add_argument("--model", help="a name for people (default: the folder's)")
     p.add_argument("--artifact", help="pin one artifact by name")
@@ -321,16 +328,20 @@ def parser() -> argparse.ArgumentParser:
         ("release", cmd_release, "free a placed job"),
         ("cancel", cmd_cancel, "cancel a queued or waiting job"),
     ):
-        p = sub.add_parser(name, parents=[redis_args], help=text)
+        p = sub.add_parser(name, parents=[redis_args] if name == "job" else [redis_args, as_client], help=text)
         p.add_argument("job_id")
         if name == "job":
             p.add_argument("--json", action="store_true", help="the record as stored")
         p.set_defaults(func=func)
 
-    p = sub.add_parser("scale", parents=[redis_args], help="change how many replicas a job has")
+    p = sub.add_parser("scale", parents=[redis_args, as_client], help="change how many replicas a job has")
     p.add_argument("job_id")
     p.add_argument("replicas", type=int)
     p.set_defaults(func=cmd_scale)
+
+    p = sub.add_parser("client", help="register or remove a client that drives its jobs through its own stream")
+    clients.add_arguments(p, [redis_args])
+    p.set_defaults(func=clients.run_from_args)
 
     p = sub.add_parser("agent", help="this node's agent: heartbeats, and placed replicas handed to a starter")
     agent.add_arguments(p)

@@ -21,10 +21,12 @@ import redis
 from planner import DEFAULT_CONTEXT, Estimate, repository_from_folder, repository_from_listing
 from planner.repository import Repository
 from producer.limits import check_index, check_listing
+from producer.ownstream import OwnStream
 from producer.relayed import Relayed, Stored
-from worker import conflicts, moves, quarantine
+from worker import conflicts, moves, owners, quarantine
 from worker import constants as C
 from worker.beats import Beat
+from worker.config import client_id as default_client_id
 from worker.config import connect, redact
 from worker.config import prefix as default_prefix
 from worker.config import redis_url as default_url
@@ -32,7 +34,8 @@ from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
 from worker.conflicts import ConflictRecord
 from worker.errors import JobExists, JobNotFound, NotReplicated, RedisForbidden, RedisUnavailable
-from worker.keys import Keys, check_id
+from worker.keys import Keys, check_client_id, check_id
+from worker.owners import ANYONE, Acting, Owned
 from worker.pool import Held, Snapshot
 from worker.records import (
     Heartbeat,
@@ -139,6 +142,7 @@ class Client:
         url: str = "",
         wait_replicas: int | None = None,
         wait_timeout_ms: int | None = None,
+        client_id: str | None = None,
     ) -> None:
         self.store = Store(client, Keys(default_prefix(prefix)))
         self.keys = self.store.keys
@@ -150,12 +154,19 @@ class Client:
         self.wait_timeout_ms = default_wait_timeout_ms(wait_timeout_ms)
         self._relayed = Relayed()
         """The heartbeats ``heartbeats`` validated from text, so that a refresh's next text is not again."""
+        self.client_id = check_client_id(client_id) if client_id is not None else None
+        """The registered client this one acts as: its submit, release, cancel and scale go through that
+        client's own request stream and wait for the answer (``producer.ownstream``); None: direct."""
+        self._own = OwnStream(client, self.keys, self.client_id) if self.client_id is not None else None
 
     @classmethod
-    def from_url(cls, url: str | None = None, prefix: str | None = None, **wait: int | None) -> Client:
-        """A client for ``url``, else ``MODELPLAN_REDIS_URL``, else the local default."""
+    def from_url(
+        cls, url: str | None = None, prefix: str | None = None, *, client_id: str | None = None, **wait: int | None
+    ) -> Client:
+        """A client for ``url``, else ``MODELPLAN_REDIS_URL``, else the local default; acting as
+        ``client_id``, else ``MODELPLAN_CLIENT_ID``, else directly."""
         resolved = default_url(url)
-        return cls(connect(resolved), prefix, url=resolved, **wait)
+        return cls(connect(resolved), prefix, url=resolved, client_id=default_client_id(client_id), **wait)
 
     def _replicated(self, what: str) -> None:
         """Wait until ``wait_replicas`` replicas have every write made so far, or raise ``NotReplicated``.
@@ -180,28 +191,46 @@ class Client:
 
     # --- serve jobs -------------------------------------------------------------------------------------
 
-    def submit(self, request: ServeRequest | Mapping[str, Any], job_id: str | None = None) -> str:
+    def submit(
+        self,
+        request: ServeRequest | Mapping[str, Any],
+        job_id: str | None = None,
+        *,
+        as_client: Acting = ANYONE,
+        owned: Owned | None = None,
+    ) -> str:
         """Record a serve job and queue it for planning, in one transaction: when this returns, the job is
         stored and queued; when it raises, nothing was. Submitting the same id with the same request again
-        returns the id and queues nothing; with another request it raises ``JobExists``."""
+        returns the id and queues nothing; with another request it raises ``JobExists``.
+
+        ``as_client`` and ``owned`` are the request reader's (``worker.requests``): whom the submit acts for
+        (the job's owner; ``JobTaken`` if the id is another's) and the client's count of replicas, which
+        the submit is admitted to in the same transaction."""
         req = request if isinstance(request, ServeRequest) else parse_request(request)
         job_id = check_id(job_id, "job_id") if job_id is not None else uuid.uuid4().hex
-        self._call(lambda: self._submit(req, job_id))
+        own = self._own
+        if own is not None:
+            self._call(lambda: own.ask("submit", job_id, request=req.model_dump_json()))
+            return job_id
+        self._call(lambda: self._submit(req, job_id, as_client, owned))
         self._call(partial(self._replicated, f"submit {job_id}"))
         return job_id
 
-    def _submit(self, req: ServeRequest, job_id: str) -> str:
+    def _submit(self, req: ServeRequest, job_id: str, as_client: Acting, owned: Owned | None) -> str:
         k = self.keys
         key = k.job(job_id)
         while True:
             with self.redis.pipeline(transaction=True) as pipe:
                 try:
-                    pipe.watch(key)  # type: ignore[no-untyped-call]
+                    pipe.watch(key, *([owned.key] if owned else []))  # type: ignore[no-untyped-call]
                     raw = pipe.get(key)
                     if raw is not None:
-                        if read_record(JobRecord, raw, key).request == req:
+                        old = read_record(JobRecord, raw, key)
+                        owners.check_submit(old, as_client)
+                        if old.request == req:
                             return job_id
                         raise JobExists(job_id)
+                    admit = owned.admit(pipe, job_id, req.replicas) if owned else None
                     seq = self.store.next_seq()
                     now = utcnow()
                     rec = JobRecord(
@@ -214,6 +243,7 @@ class Client:
                         created_at=now,
                         updated_at=now,
                         reason="queued",
+                        owner=owners.recorded(as_client),
                     )
                     event = {"job_id": job_id, "state": "queued", "version": "0", "reason": "submitted"}
                     pipe.multi()
@@ -222,6 +252,8 @@ class Client:
                     pipe.xadd(k.job_events(job_id), event, maxlen=C.JOB_EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
                     pipe.xadd(k.events, event, maxlen=C.EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
                     self.store.enqueue_plan(job_id, pipeline=pipe)
+                    if admit is not None:
+                        admit(pipe)
                     pipe.execute()
                     return job_id
                 except redis.WatchError:
@@ -256,23 +288,40 @@ class Client:
                 rec = new
                 yield rec
 
-    def release(self, job_id: str) -> JobRecord:
-        """Free a placed job's cards (or memory); waiting jobs that can use them are planned at once."""
-        rec = self._call(lambda: moves.release(self.store, job_id))
+    def release(self, job_id: str, *, as_client: Acting = ANYONE) -> JobRecord:
+        """Free a placed job's cards (or memory); waiting jobs that can use them are planned at once.
+        ``as_client``: whom the call acts for (the request reader's); ``NotOwner`` if the job is not theirs."""
+        if self._own is not None:
+            return self._asked("release", job_id)
+        rec = self._call(lambda: moves.release(self.store, job_id, as_client))
         self._call(partial(self._replicated, f"release {job_id}"))
         return rec
 
-    def scale(self, job_id: str, replicas: int) -> JobRecord:
-        """Ask for ``replicas`` replicas: new ones are planned at once, surplus ones freed."""
-        rec = self._call(lambda: moves.scale(self.store, job_id, replicas))
+    def scale(self, job_id: str, replicas: int, *, as_client: Acting = ANYONE) -> JobRecord:
+        """Ask for ``replicas`` replicas: new ones are planned at once, surplus ones freed. ``as_client``:
+        as for ``release``."""
+        if self._own is not None:
+            moves.check_replicas(replicas)  # refused here, with the field named, as a direct call is
+            return self._asked("scale", job_id, replicas=str(replicas))
+        rec = self._call(lambda: moves.scale(self.store, job_id, replicas, as_client))
         self._call(partial(self._replicated, f"scale {job_id}"))
         return rec
 
-    def cancel(self, job_id: str) -> JobRecord:
-        """Cancel a job that is queued, being planned, or waiting."""
-        rec = self._call(lambda: moves.cancel(self.store, job_id))
+    def cancel(self, job_id: str, *, as_client: Acting = ANYONE) -> JobRecord:
+        """Cancel a job that is queued, being planned, or waiting. ``as_client``: as for ``release``."""
+        if self._own is not None:
+            return self._asked("cancel", job_id)
+        rec = self._call(lambda: moves.cancel(self.store, job_id, as_client))
         self._call(partial(self._replicated, f"cancel {job_id}"))
         return rec
+
+    def _asked(self, op: str, job_id: str, **fields: str) -> JobRecord:
+        """``op`` carried out through this client's own stream: the job's record once it is answered."""
+        check_id(job_id, "job_id")
+        own = self._own
+        assert own is not None
+        self._call(lambda: own.ask(op, job_id, **fields))
+        return self.get(job_id)
 
     # --- nodes --------------------------------------------------------------------------------------------
 

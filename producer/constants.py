@@ -43,3 +43,8 @@ LLAMACPP_ALL_LAYERS = 999
 CLASS_MODEL_MAX_CHARS = 100
 """The longest card model part of a derived class label; with ``-<GiB>g`` it stays well inside the 128
 characters an id may have."""
+
+ANSWER_TIMEOUT_S = 45.0
+"""How long a client acting through its own request stream waits for a worker's answer: a worker answers
+in milliseconds, takes over a dead worker's entry after 10 s, and answers one whose workers died three
+times as refused, some 30 s on; past this no worker reads the stream."""

@@ -93,3 +93,20 @@ class HubRepoNotFound(HubError, LookupError):
 
     def at(self, revision: str) -> HubRepoNotFound:
         return HubRepoNotFound(self.repo_id, revision, self.problem)
+
+
+class NoAnswer(ModelplanError, TimeoutError):
+    """Raised by a client acting through its own request stream (``Client(client_id=...)``) when no worker
+    answered its entry in time: the entry stays on the stream, and is carried out once a worker reads it."""
+
+    def __init__(self, what: str, stream: str, timeout_s: float) -> None:
+        self.stream = stream
+        super().__init__(
+            f"{what}: no answer on {stream} within {timeout_s:g} s; no worker reads this client's stream (is the "
+            "client registered: modelplan client add?), and the entry is carried out once one does"
+        )
+
+
+class RequestRefused(ModelplanError):
+    """Raised by a client acting through its own request stream for a refusal of a kind it does not know
+    (a newer worker's): the message is the worker's reason."""

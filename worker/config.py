@@ -47,7 +47,7 @@ import structlog
 
 from planner.errors import InvalidInput
 from planner.estimate import DEFAULT_ESTIMATE, ESTIMATES, Estimate
-from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL
+from worker.constants import DEFAULT_CLIENT_REPLICAS, DEFAULT_MAX_REPLICAS, DEFAULT_PREFIX, DEFAULT_REDIS_URL
 
 REDIS_URL_ENV = "MODELPLAN_REDIS_URL"
 PREFIX_ENV = "MODELPLAN_PREFIX"
@@ -75,6 +75,15 @@ def redis_url(given: str | None = None) -> str:
 
 def prefix(given: str | None = None) -> str:
     return given or os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
+
+
+CLIENT_ID_ENV = "MODELPLAN_CLIENT_ID"
+
+
+def client_id(given: str | None = None) -> str | None:
+    """The registered client a command acts as (``--client-id``, else ``MODELPLAN_CLIENT_ID``); None: it
+    writes directly, as a trusted service or the operator."""
+    return given or os.environ.get(CLIENT_ID_ENV) or None
 
 
 WAIT_REPLICAS_ENV = "MODELPLAN_WAIT_REPLICAS"
@@ -105,6 +114,28 @@ def wait_replicas(given: int | None = None) -> int:
 
 def wait_timeout_ms(given: int | None = None) -> int:
     return _whole(WAIT_TIMEOUT_ENV, DEFAULT_WAIT_TIMEOUT_MS, given)
+
+
+MAX_REPLICAS_ENV = "MODELPLAN_MAX_REPLICAS"
+CLIENT_REPLICAS_ENV = "MODELPLAN_CLIENT_REPLICAS"
+
+
+def max_replicas(given: int | None = None) -> int:
+    """The most replicas a job submitted or scaled through a request stream may have: a worker's setting,
+    ``DEFAULT_MAX_REPLICAS`` unless set."""
+    return _at_least_one(MAX_REPLICAS_ENV, _whole(MAX_REPLICAS_ENV, DEFAULT_MAX_REPLICAS, given))
+
+
+def client_replicas(given: int | None = None) -> int:
+    """The most replicas one client's live jobs may want together: a worker's setting,
+    ``DEFAULT_CLIENT_REPLICAS`` unless set."""
+    return _at_least_one(CLIENT_REPLICAS_ENV, _whole(CLIENT_REPLICAS_ENV, DEFAULT_CLIENT_REPLICAS, given))
+
+
+def _at_least_one(env: str, value: int) -> int:
+    if value < 1:  # 0 would refuse every submit: a typo, not a policy
+        raise InvalidInput(env, "(setting)", f"must be a whole number from 1 (given {value})")
+    return value
 
 
 ESTIMATE_ENV = "MODELPLAN_ESTIMATE"

@@ -151,6 +151,10 @@ REQUEST_CLAIM_IDLE_MS = 10_000
 """An entry a worker took and has not acknowledged for this long is taken over by another: carrying one
 out takes milliseconds, so its worker died (as ``LEASE_MS`` for a planning job)."""
 
+REQUEST_RECLAIM_S = 1.0
+"""How often a worker looks for entries to take over (one round trip over every stream): an entry is
+taken over within a second of ``REQUEST_CLAIM_IDLE_MS``, however many clients there are."""
+
 REQUEST_MAX_DELIVERIES = 3
 """An entry handed out this many times without an answer (each worker that took it died) is answered as
 refused and acknowledged, rather than killing the next worker too."""
@@ -170,6 +174,18 @@ REPLY_MAXLEN = 1_000
 
 REPLY_TTL_S = 24 * 3600
 """How long a reply stream lives after its last answer: a sender that went away leaves nothing for long."""
+
+CLIENTS_REFRESH_S = 2.0
+"""How often a worker reads the registered clients again: a client added while workers run has its stream
+read within this and one blocking read (``REQUEST_BLOCK_MS``)."""
+
+DEFAULT_MAX_REPLICAS = 16
+"""The most replicas one job asked for through a request stream may have (``MODELPLAN_MAX_REPLICAS``): a
+large serving deployment, well short of a whole cluster's cards in one entry."""
+
+DEFAULT_CLIENT_REPLICAS = 64
+"""The most replicas one client's live jobs may want together (``MODELPLAN_CLIENT_REPLICAS``): four jobs at
+the per-job bound, so that one client cannot take every card by submitting many."""
 
 OUTAGE_RETRY_S = 1.0
 """How long the request reader waits before trying Redis again after a failed read: the first pause;

@@ -130,3 +130,26 @@ class WrongType(ModelplanError):
         super().__init__(
             f"{key} holds another type than modelplan writes there: nothing was written; remove or fix the key"
         )
+
+
+class NotOwner(ModelplanError, PermissionError):
+    """Raised by ``release``, ``cancel`` and ``scale`` acting for a client (an entry of its request stream,
+    or of the shared one) on a job that client did not submit. The message does not name the owner."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        ModelplanError.__init__(self, f"job {job_id!r} belongs to another client")
+
+
+class JobTaken(NotOwner, JobExists):
+    """Raised by ``submit`` acting for a client when the job id is already recorded as another client's
+    (or, through the shared stream, as any client's): the id is taken, whatever the request."""
+
+
+class OverQuota(ModelplanError):
+    """Raised by the request reader for a submit or scale past a deployment's bound on replicas: ``setting``
+    names the worker's environment variable that sets it."""
+
+    def __init__(self, job_id: str, setting: str, problem: str) -> None:
+        self.job_id, self.setting = job_id, setting
+        super().__init__(f"job {job_id!r}: {problem} ({setting}); nothing was changed")

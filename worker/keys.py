@@ -79,7 +79,19 @@ key (after the prefix)                  type    TTL                   written by
                                                                       fields; workers read it as the
                                                                       consumer group ``workers``
 ``reply:{name}``                        stream  REPLY_TTL_S, MAXLEN   worker.requests: the answer to each
-                                                REPLY_MAXLEN          entry that named ``reply_to``
+                                                REPLY_MAXLEN          ``requests`` entry that named
+                                                                      ``reply_to``
+``clients``                             set     none                  the operator (``modelplan client
+                                                                      add``): the registered client ids,
+                                                                      whose request streams workers read
+``client:{client_id}:requests``         stream  entries deleted once  that client alone (its ACL user):
+                                                answered              operations as on ``requests``; the
+                                                                      stream a job's owner is taken from
+``client:{client_id}:replies``          stream  REPLY_TTL_S, MAXLEN   worker.requests: the answer to each
+                                                REPLY_MAXLEN          entry of that client's stream
+``owned:{client_id}``                   hash    none                  worker.owners: the client's jobs ->
+                                                                      replicas counted against its quota
+                                                                      (final ones dropped as it is read)
 ``stats``                               hash    none                  worker.metrics: counters and
                                                                       histogram buckets of plan and commit
                                                                       times, commit conflicts, wake-up
@@ -124,9 +136,20 @@ CPU_CLASS = "cpu"
 """The class key of CPU capacity (host memory) in ``waiting:for`` and ``wake:classes``."""
 
 
+CLIENT_ID_MAX = 64
+"""Client ids are ids of at most this many characters, so that a job an entry of a client's stream names
+after itself (``r-{client_id}-{entry id}``, ``worker.requests``) still has an id."""
+
+
 def check_id(value: str, what: str) -> str:
     if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
         raise BadId(what, value)
+    return value
+
+
+def check_client_id(value: str, what: str = "client_id") -> str:
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value) or len(value) > CLIENT_ID_MAX:
+        raise BadId(what, value, CLIENT_ID_MAX)
     return value
 
 
@@ -310,6 +333,35 @@ class Keys:
     def reply(self, name: str) -> str:
         """A reply stream a request entry names (``reply_to``): the sender's own, under the prefix."""
         return f"{self._p}reply:{check_id(name, 'reply_to')}"
+
+    @property
+    def clients(self) -> str:
+        """The registered client ids: each has a request stream of its own, which the workers read."""
+        return f"{self._p}clients"
+
+    def client_requests(self, client_id: str) -> str:
+        """A client's own request stream: only its ACL user may append to it, so that what it carries is
+        that client's, whatever an entry says."""
+        return f"{self._p}client:{check_client_id(client_id)}:requests"
+
+    def client_replies(self, client_id: str) -> str:
+        """The answers to a client's own request stream, and to no other."""
+        return f"{self._p}client:{check_client_id(client_id)}:replies"
+
+    def client_pattern(self, client_id: str) -> str:
+        """An ACL key pattern covering a client's own keys (``client_requests``, ``client_replies``) and no
+        other client's: an id holds neither ``:`` nor a glob character."""
+        return f"{self._p}client:{check_client_id(client_id)}:*"
+
+    @property
+    def job_pattern(self) -> str:
+        """An ACL key pattern covering every job record and job stream (``job:{id}``, ``job:{id}:events``)."""
+        return f"{self._p}job:*"
+
+    def owned(self, client_id: str) -> str:
+        """A client's jobs and the replicas each counts against its quota: the workers' own, never under the
+        client's key pattern, so that a client cannot shrink its own count."""
+        return f"{self._p}owned:{check_client_id(client_id)}"
 
     @property
     def stats(self) -> str:

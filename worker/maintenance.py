@@ -14,8 +14,8 @@ from datetime import datetime
 
 import redis
 
-from worker import constants as C
 from worker import conflicts, logs, moves, orphans, planning, quarantine, retry
+from worker import constants as C
 from worker.errors import BadRecord
 from worker.keys import planning_job_id
 from worker.records import JobRecord, JobState, utcnow

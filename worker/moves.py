@@ -8,10 +8,11 @@ from dataclasses import replace
 
 from planner import InvalidInput
 from worker import constants as C
-from worker import logs
+from worker import logs, owners
 from worker.classes import class_of, clear_all, waits_on
 from worker.errors import Contended, JobNotFound, StillRunning, WrongState
 from worker.keys import job_of_hold
+from worker.owners import ANYONE, Acting
 from worker.planning import change_for, commit, nominated_cards, plan_for, readable_job, waiting_score
 from worker.records import MAX_REPLICAS, JobRecord, JobState, Replica
 from worker.store import Store, now_ms
@@ -128,12 +129,14 @@ def _drop_nomination(store: Store, job_id: str, node_id: str, why: str) -> None:
     )
 
 
-def release(store: Store, job_id: str) -> JobRecord:
-    """Free everything a job holds (every replica); pending jobs that can use it are planned at once."""
+def release(store: Store, job_id: str, acting: Acting = ANYONE) -> JobRecord:
+    """Free everything a job holds (every replica); pending jobs that can use it are planned at once.
+    ``acting``: whom the call is for; ``NotOwner`` if the job is not theirs (``worker.owners``)."""
     for _ in range(C.PLAN_ATTEMPTS):
         rec = store.job(job_id)
         if rec is None:
             raise JobNotFound(job_id)
+        owners.check(rec, acting)
         if rec.state not in (JobState.PLACED, JobState.WAITING):
             raise WrongState(job_id, rec.state.value, "release", "placed or waiting")
         new = rec.advance(JobState.RELEASED, nomination=None, reason="released")
@@ -147,13 +150,14 @@ def release(store: Store, job_id: str) -> JobRecord:
 CANCELLABLE = (JobState.QUEUED, JobState.PLANNING, JobState.WAITING)
 
 
-def cancel(store: Store, job_id: str) -> JobRecord:
+def cancel(store: Store, job_id: str, acting: Acting = ANYONE) -> JobRecord:
     """Cancel a job that is queued, being planned or waiting with no replica running, freeing the cards
-    held for it; a job with a replica running is ended by ``release``."""
+    held for it; a job with a replica running is ended by ``release``. ``acting``: as for ``release``."""
     for _ in range(C.PLAN_ATTEMPTS):
         rec = store.job(job_id)
         if rec is None:
             raise JobNotFound(job_id)
+        owners.check(rec, acting)
         if rec.state not in CANCELLABLE:
             raise WrongState(job_id, rec.state.value, "cancel", "queued, planning or waiting")
         running = sum(1 for r in rec.replicas if r.placement)
@@ -167,15 +171,22 @@ def cancel(store: Store, job_id: str) -> JobRecord:
     raise Contended(job_id)
 
 
-def scale(store: Store, job_id: str, replicas: int) -> JobRecord:
-    """Ask for ``replicas`` replicas: new ones are planned now, surplus ones freed; the rest stay as they
-    are. A job still queued or being planned takes the new count when it is planned."""
+def check_replicas(replicas: int) -> None:
+    """``InvalidInput`` unless ``replicas`` is a count a job may be scaled to (as a request may ask)."""
     if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
         raise InvalidInput("scale", "replicas", f"must be a whole number from 1 to {MAX_REPLICAS} (given {replicas!r})")
+
+
+def scale(store: Store, job_id: str, replicas: int, acting: Acting = ANYONE) -> JobRecord:
+    """Ask for ``replicas`` replicas: new ones are planned now, surplus ones freed; the rest stay as they
+    are. A job still queued or being planned takes the new count when it is planned. ``acting``: as for
+    ``release``."""
+    check_replicas(replicas)
     for _ in range(C.PLAN_ATTEMPTS):
         rec = store.job(job_id)
         if rec is None:
             raise JobNotFound(job_id)
+        owners.check(rec, acting)
         if rec.state.final:
             raise WrongState(job_id, rec.state.value, "scale", "queued, planning, placed or waiting")
         if rec.state in (JobState.QUEUED, JobState.PLANNING):

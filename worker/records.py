@@ -305,6 +305,9 @@ class JobRecord(BaseModel):
     ever_fit: bool = False
     """Whether any plan ever found an option: a job that once could run waits, rather than fails, when its
     hardware leaves the pool."""
+    owner: str | None = Field(default=None, pattern=ID_PATTERN)
+    """The client whose own request stream carried the submit; none for the shared stream and direct calls.
+    Only the owner may release, cancel or scale the job through a request stream."""
 
     @property
     def placement(self) -> tuple[Reservation, ...]:

@@ -1,19 +1,31 @@
-"""The request stream: what a service in any language asks of modelplan, with ``XADD`` alone.
+"""The request streams: what a service in any language asks of modelplan, with ``XADD`` alone.
 
-A client appends an entry of string fields to ``{prefix}:requests`` (``Keys.requests``)::
+A client appends an entry of string fields to its own stream ``{prefix}:client:{id}:requests``
+(``Keys.client_requests``; the operator registers ``id`` with ``modelplan client add``), or, a trusted
+service, to the shared ``{prefix}:requests`` (``Keys.requests``)::
 
     op        submit | release | cancel | scale
-    job_id    the job's id (for submit optional: without one the job is named after the entry, r-{entry id})
+    job_id    the job's id (for submit optional: without one the job is named after the entry: r-{entry id},
+              on a client's stream r-{client id}-{entry id})
     request   submit: the serve request as JSON, as the Python client takes it (``modelplan schema request``)
     replicas  scale: the number of replicas wanted
-    reply_to  optional: a name; the answer is appended to ``{prefix}:reply:{name}``
+    reply_to  shared stream only, optional: a name; the answer is appended to ``{prefix}:reply:{name}``
 
-Workers read the stream as the consumer group ``workers`` and carry each entry out through the Python
-client (``producer.Client``): one record and one queue entry, and the same job id twice is one job. Then
-they acknowledge it and delete it. An entry is answered where its sender can see it: always on
-``reply:{name}`` when it names one; else a refusal goes to the job's own stream (``job:{id}:events``, the
-job's state, or ``failed`` when there is no record, and the reason). The reason is the line the CLI
-prints for the same refusal. A refused entry stores nothing else.
+Redis does not say who appended an entry, only where: a client's own stream is one only its ACL user may
+append to, so its entries act for that client (``worker.owners``). A job submitted there is that
+client's (``JobRecord.owner``), and only its entries may release, cancel or scale it, or submit its id
+again; the shared stream reaches only the jobs no client owns. Each client's entries are answered on its
+own ``client:{id}:replies`` (an entry naming ``reply_to`` there is refused, so that no entry can make a
+worker write another client's replies), the shared stream's on the ``reply:{name}`` an entry names. A
+refusal is written nowhere else, above all not on the job's own stream, which every client may read and
+a watcher takes for the job's state: without a reply stream it is only logged (``request_refused``).
+Submits and scales are bounded by the worker's quotas (``MODELPLAN_MAX_REPLICAS`` a job,
+``MODELPLAN_CLIENT_REPLICAS`` a client's live jobs).
+
+Workers read every stream as the consumer group ``workers`` (``worker.streams``) and carry each entry
+out through the Python client (``producer.Client``): one record and one queue entry, and the same job id
+twice is one job. Then they acknowledge it and delete it. The reason a refusal is answered with is the
+line the CLI prints for the same refusal. A refused entry stores nothing else.
 
 An entry a worker took and never acknowledged (it died) is taken by another after
 ``REQUEST_CLAIM_IDLE_MS``; one handed out ``REQUEST_MAX_DELIVERIES`` times is answered as refused. Entries
@@ -33,11 +45,13 @@ import redis
 from planner import InvalidInput, ModelplanError
 from worker import constants as C
 from worker import logs, retry
-from worker.errors import BadRecord, NotReplicated, RedisForbidden, RedisUnavailable, WrongState
+from worker.errors import NotReplicated, RedisForbidden, RedisUnavailable, WrongState
 from worker.keys import Keys, check_id
-from worker.records import JobState, ServeRequest, parse_request
+from worker.owners import Owned, Quotas
+from worker.records import JobRecord, JobState, ServeRequest, parse_request
 from worker.scripts import text
 from worker.store import Store
+from worker.streams import Source, Streams
 
 log = logs.get_logger("modelplan.requests")
 
@@ -71,6 +85,8 @@ class Answer:
     reason: str
     state: str = ""
     version: int = 0
+    error: str = ""
+    """A refusal's kind: the name of the exception the Python client raises for it."""
 
 
 def _field(fields: dict[str, str], name: str, problem: str) -> str:
@@ -97,14 +113,15 @@ def decode(fields: dict[Any, Any]) -> dict[str, str]:
     return out
 
 
-def parse(entry_id: str, fields: dict[str, str]) -> Entry:
-    """The operation an entry asks for, or ``InvalidInput`` naming the field."""
+def parse(entry_id: str, fields: dict[str, str], client_id: str | None = None) -> Entry:
+    """The operation an entry of ``client_id``'s stream (None: the shared one) asks for, or
+    ``InvalidInput`` naming the field."""
     op = _field(fields, "op", f"is missing: one of {', '.join(OPS)}")
     if op not in OPS:
         raise InvalidInput(SOURCE, "op", f"{op[:40]!r} is not one of {', '.join(OPS)}")
     given = fields.get("job_id")
     if op == "submit":
-        job_id = check_id(given, "job_id") if given is not None else default_job_id(entry_id)
+        job_id = check_id(given, "job_id") if given is not None else default_job_id(entry_id, client_id)
         if "replicas" in fields:
             raise InvalidInput(SOURCE, "replicas", "is for scale; a submit gives replicas in its request")
         return Entry(op, job_id, request=parse_request(_field(fields, "request", "is missing"), "request"))
@@ -125,56 +142,37 @@ def _safe(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def default_job_id(entry_id: str) -> str:
-    """A submit without a job id is named after its entry, so that the entry handed out twice is one job."""
-    return "r-" + entry_id
+def default_job_id(entry_id: str, client_id: str | None = None) -> str:
+    """A submit without a job id is named after its entry, so that the entry handed out twice is one job,
+    and after its client's stream, whose entry ids are another stream's too."""
+    return f"r-{entry_id}" if client_id is None else f"r-{client_id}-{entry_id}"
 
 
 class Consumer:
-    """One worker's reader of the request stream, carrying each entry out through ``producer.Client``.
+    """One worker's reader of the request streams, carrying each entry out through ``producer.Client``.
 
     The worker runs the client's own code (not a copy of it) so that an entry and a call of the Python
     client make the same record, the same queue entry and the same refusals."""
 
-    def __init__(self, store: Store, name: str) -> None:
+    def __init__(self, store: Store, name: str, quotas: Quotas | None = None) -> None:
         from producer.client import Client  # the client imports the worker's modules; this is its caller
 
         self.store, self.keys, self.redis = store, store.keys, store.redis
         self.name = name
         self.client = Client(store.redis, store.keys.prefix)
-        self._group_ready = False
-
-    def ensure_group(self) -> None:
-        """Create the consumer group (from the stream's start, so that entries appended before any worker
-        ran are carried out), and the stream with it."""
-        try:
-            self.redis.xgroup_create(self.keys.requests, C.REQUEST_GROUP, id="0", mkstream=True)
-        except redis.ResponseError as e:
-            if "BUSYGROUP" not in str(e):
-                raise
-        self._group_ready = True
+        self.quotas = quotas or Quotas.from_env()
+        self.streams = Streams(store.redis, store.keys, name)
 
     def poll(self, block_ms: int | None = C.REQUEST_BLOCK_MS) -> int:
         """Take over entries whose worker died, then read and carry out new ones (waiting up to
         ``block_ms`` for one; None: not at all). How many entries were answered."""
-        if not self._group_ready:
-            self.ensure_group()
         done = self.reclaim()
-        try:
-            got: Any = self.redis.xreadgroup(
-                C.REQUEST_GROUP, self.name, {self.keys.requests: ">"}, count=C.REQUEST_BATCH, block=block_ms
-            )
-        except redis.ResponseError as e:
-            if "NOGROUP" not in str(e):
-                raise
-            self._group_ready = False  # the stream was deleted with its group: made again next time
-            return done
-        entries = got[0][1] if got else []
+        entries = self.streams.read(block_ms)
         pause = float(os.environ.get(FAULT_PAUSE_ENV) or 0)
         if entries and pause:
             time.sleep(pause)
-        for entry_id, fields in entries:
-            self.handle(text(entry_id), fields or {})
+        for source, entry_id, fields in entries:
+            self.handle(source, entry_id, fields)
             done += 1
         return done
 
@@ -187,77 +185,83 @@ class Consumer:
 
     def reclaim(self) -> int:
         """Take over the entries another worker took and left unacknowledged past the claim time."""
-        k = self.keys
-        stale: Any = self.redis.xpending_range(
-            k.requests, C.REQUEST_GROUP, min="-", max="+", count=C.REQUEST_BATCH, idle=C.REQUEST_CLAIM_IDLE_MS
-        )
         done = 0
-        for item in stale:
-            entry_id, delivered = text(item["message_id"]), int(item["times_delivered"])
-            idle = C.REQUEST_CLAIM_IDLE_MS
-            claimed: Any = self.redis.xclaim(k.requests, C.REQUEST_GROUP, self.name, idle, [entry_id])
-            if not claimed:
+        for source, entry_id, delivered in self.streams.stale():
+            fields = self.streams.claim(source, entry_id)
+            if fields is None:
                 continue  # another worker took it first
-            _, fields = claimed[0]
             log.warning("request_claimed", entry=entry_id, delivered=delivered + 1, worker=self.name)
             if not fields:  # deleted under its worker before it could acknowledge
-                self._finish(entry_id)
+                self.streams.finish(source, entry_id)
             elif delivered >= C.REQUEST_MAX_DELIVERIES:
                 why = f"handed out {delivered} times and never answered (each worker that took it stopped)"
-                log.warning("request_refused", entry=entry_id, reason=why)
-                self._respond(entry_id, self._sender(fields), Answer(False, self._job_id(entry_id, fields), why))
+                log.warning("request_refused", entry=entry_id, reason=why, client=source.client_id)
+                answer = Answer(False, self._job_id(source, entry_id, fields), why)
+                self._respond(source, entry_id, self._reply_to(source, fields), answer)
             else:
-                self.handle(entry_id, fields)
+                self.handle(source, entry_id, fields)
             done += 1
         return done
 
     # --- one entry ----------------------------------------------------------------------------------------
 
-    def handle(self, entry_id: str, raw: dict[Any, Any]) -> Answer:
+    def handle(self, source: Source, entry_id: str, raw: dict[Any, Any]) -> Answer:
         """Carry out one entry, answer it and acknowledge it. Only Redis going away leaves it pending (for
         this worker or another to take again); any other failure is its answer."""
-        reply_to = self._sender(raw)
+        reply_to = self._reply_to(source, raw)
         try:
-            entry = parse(entry_id, decode(raw))
-            answer = self._carry_out(entry)
+            fields = decode(raw)
+            if source.client_id is not None and "reply_to" in fields:
+                raise InvalidInput(
+                    SOURCE, "reply_to", f"is for the shared stream; this stream's answers go to {reply_to}"
+                )
+            answer = self._carry_out(parse(entry_id, fields, source.client_id), source.client_id)
         except (RedisUnavailable, RedisForbidden, redis.ConnectionError, redis.TimeoutError):
             raise
         except ModelplanError as e:
             op = _safe(raw.get(b"op", raw.get("op", "")))[:40]
-            answer = Answer(False, self._job_id(entry_id, raw), str(e).removeprefix(f"{op}: "))
+            reason = str(e).removeprefix(f"{op}: ")
+            state = e.state if isinstance(e, WrongState) else ""
+            answer = Answer(False, self._job_id(source, entry_id, raw), reason, state, error=type(e).__name__)
         except Exception as e:  # a bug must not stop the reader, nor come back forever
             log.exception("request_failed", entry=entry_id)
-            answer = Answer(False, self._job_id(entry_id, raw), f"could not be carried out ({type(e).__name__})")
+            reason = f"could not be carried out ({type(e).__name__})"
+            answer = Answer(False, self._job_id(source, entry_id, raw), reason, error="ModelplanError")
         if not answer.ok:
-            log.warning("request_refused", entry=entry_id, job_id=answer.job_id, reason=answer.reason)
-        self._respond(entry_id, reply_to, answer)
+            log.warning(
+                "request_refused", entry=entry_id, job_id=answer.job_id, reason=answer.reason, client=source.client_id
+            )
+        self._respond(source, entry_id, reply_to, answer)
         return answer
 
-    def _respond(self, entry_id: str, reply_to: str | None, answer: Answer) -> None:
+    def _respond(self, source: Source, entry_id: str, reply_to: str | None, answer: Answer) -> None:
         """Answer an entry and acknowledge it. An answer that cannot be written (the reply key holds
-        something else, the job's record does not parse) is logged, and the entry acknowledged all the
-        same: it is never handed out again for that."""
-        try:
-            self._answer(entry_id, reply_to, answer)
-        except (redis.ResponseError, BadRecord) as e:
-            log.warning("request_unanswerable", entry=entry_id, reply_to=reply_to, error=str(e)[:200])
-        self._finish(entry_id)
+        something else) is logged, and the entry acknowledged all the same: it is never handed out again
+        for that."""
+        if reply_to is not None:
+            try:
+                self._answer(reply_to, entry_id, answer)
+            except redis.ResponseError as e:
+                log.warning("request_unanswerable", entry=entry_id, reply_to=reply_to, error=str(e)[:200])
+        self.streams.finish(source, entry_id)
 
-    def _carry_out(self, entry: Entry) -> Answer:
-        c, job_id = self.client, entry.job_id
+    def _carry_out(self, entry: Entry, client_id: str | None) -> Answer:
+        c, job_id, q = self.client, entry.job_id, self.quotas
         assert job_id is not None
+        owned = Owned(self.store, client_id, q.client_replicas) if client_id is not None else None
         try:
             if entry.op == "submit":
                 assert entry.request is not None
-                c.submit(entry.request, job_id)
+                q.check_job(job_id, entry.request.replicas)
+                c.submit(entry.request, job_id, as_client=client_id, owned=owned)
                 rec = c.get(job_id)
             elif entry.op == "release":
-                rec = c.release(job_id)
+                rec = c.release(job_id, as_client=client_id)
             elif entry.op == "cancel":
-                rec = c.cancel(job_id)
+                rec = c.cancel(job_id, as_client=client_id)
             else:
                 assert entry.replicas is not None
-                rec = c.scale(job_id, entry.replicas)
+                rec = self._scale(job_id, entry.replicas, client_id, owned)
         except NotReplicated as e:  # done on the master; the sender is told it may not survive a failover
             return Answer(True, job_id, str(e))
         except WrongState as e:
@@ -266,75 +270,57 @@ class Consumer:
             rec = c.get(job_id)
         return Answer(True, job_id, rec.reason, rec.state.value, rec.version)
 
-    def _sender(self, raw: dict[Any, Any]) -> str | None:
-        """The reply stream an entry names, if it names a valid one."""
+    def _scale(self, job_id: str, replicas: int, client_id: str | None, owned: Owned | None) -> JobRecord:
+        """A scale within the quotas: a client's new count is reserved before it is planned, so that two
+        entries carried out at once cannot both pass, and settled on what the record says after."""
+        self.quotas.check_job(job_id, replicas)
+        if owned is None:
+            return self.client.scale(job_id, replicas, as_client=client_id)
+        owned.reserve(job_id, replicas)
+        try:
+            return self.client.scale(job_id, replicas, as_client=client_id)
+        finally:
+            owned.settle(job_id)
+
+    def _reply_to(self, source: Source, raw: dict[Any, Any]) -> str | None:
+        """Where an entry's answer goes: a client's own replies stream, whatever the entry says; on the
+        shared stream the reply stream the entry names, if it names a valid one."""
+        if source.client_id is not None:
+            return self.keys.client_replies(source.client_id)
         name = raw.get(b"reply_to", raw.get("reply_to"))
         try:
             return self.keys.reply(text(name)) if name is not None and len(name) <= 128 else None
         except (InvalidInput, UnicodeDecodeError):
             return None
 
-    def _job_id(self, entry_id: str, raw: dict[Any, Any]) -> str | None:
+    def _job_id(self, source: Source, entry_id: str, raw: dict[Any, Any]) -> str | None:
         """The job an entry is about, if it names a valid id (or, a submit, none)."""
         given = raw.get(b"job_id", raw.get("job_id"))
         op = raw.get(b"op", raw.get("op"))
         if given is None:
-            return default_job_id(entry_id) if op in (b"submit", "submit") else None
+            return default_job_id(entry_id, source.client_id) if op in (b"submit", "submit") else None
         try:
             return check_id(text(given), "job_id") if len(given) <= 128 else None
         except (InvalidInput, UnicodeDecodeError):
             return None
 
-    def _answer(self, entry_id: str, reply_to: str | None, answer: Answer) -> None:
-        k = self.keys
-        if reply_to is not None:
-            fields = {
-                "request": entry_id,
-                "ok": "true" if answer.ok else "false",
-                "job_id": answer.job_id or "",
-                "state": answer.state,
-                "reason": answer.reason,
-            }
-            with self.redis.pipeline(transaction=True) as pipe:
-                pipe.xadd(reply_to, fields, maxlen=C.REPLY_MAXLEN, approximate=True)  # type: ignore[arg-type]
-                pipe.expire(reply_to, C.REPLY_TTL_S)
-                pipe.execute()
-            return
-        if answer.ok:
-            return  # the job's own stream already shows what was done
-        if answer.job_id is None:
-            return  # nowhere the sender can look: the log line is all
-        rec = self.store.job(answer.job_id)
-        event = {
-            "job_id": answer.job_id,
-            "state": rec.state.value if rec else JobState.FAILED.value,
-            "version": str(rec.version if rec else 0),
-            "reason": answer.reason,
+    def _answer(self, reply_to: str, entry_id: str, answer: Answer) -> None:
+        fields = {
             "request": entry_id,
+            "ok": "true" if answer.ok else "false",
+            "job_id": answer.job_id or "",
+            "state": answer.state,
+            "reason": answer.reason,
+            "error": answer.error,
         }
-        stream = k.job_events(answer.job_id)
         with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xadd(stream, event, maxlen=C.JOB_EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
-            if rec is None:  # a job that never was: its stream goes as a final job's does
-                pipe.expire(stream, C.FINISHED_TTL_S)
-            pipe.execute()
-
-    def _finish(self, entry_id: str) -> None:
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xack(self.keys.requests, C.REQUEST_GROUP, entry_id)
-            pipe.xdel(self.keys.requests, entry_id)
+            pipe.xadd(reply_to, fields, maxlen=C.REPLY_MAXLEN, approximate=True)  # type: ignore[arg-type]
+            pipe.expire(reply_to, C.REPLY_TTL_S)
             pipe.execute()
 
     def leave(self) -> None:
-        """Drop this worker from the group, if it holds no entry (one it holds is left for another)."""
-        try:
-            pending: Any = self.redis.xpending_range(
-                self.keys.requests, C.REQUEST_GROUP, "-", "+", 1, consumername=self.name
-            )
-            if not pending:
-                self.redis.xgroup_delconsumer(self.keys.requests, C.REQUEST_GROUP, self.name)
-        except redis.RedisError:
-            pass  # a worker stopping while Redis is away leaves its name in the group; harmless
+        """Drop this worker from the groups, where it holds no entry (one it holds is left for another)."""
+        self.streams.leave()
 
 
 def serve(url: str, keys: Keys, name: str, stop: Any) -> None:

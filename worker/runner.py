@@ -29,7 +29,7 @@ from rq.utils import now as rq_now
 
 from worker import constants as C
 from worker import jobs, logs, metrics, requests, retry
-from worker.config import connect, estimate, redact
+from worker.config import client_replicas, connect, estimate, max_replicas, redact
 from worker.errors import RedisUnavailable, Refused
 from worker.keys import Keys
 from worker.maintenance import SweepState, sweep
@@ -262,6 +262,8 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
         worker=name,
         redis=redact(url),
         estimate=estimate(),  # a bad MODELPLAN_ESTIMATE stops the worker here, not at its first plan
+        max_replicas=max_replicas(),  # and so do bad quotas
+        client_replicas=client_replicas(),
         queue=store.queue.key,
         requests=keys.requests,
         rq_bookkeeping=f"{RQ_KEY_PREFIX}:*",

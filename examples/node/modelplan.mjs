@@ -1,9 +1,13 @@
-// modelplan from Node, with no package: a few lines of RESP over a socket, the request stream to act, and
-// the job's own stream to watch. Submits a job, prints each change until it is placed (or failed), then
-// releases it when --release is given.
+// modelplan from Node, with no package: a few lines of RESP over a socket, a request stream to act, a
+// reply stream for each entry's answer and the job's own stream to watch. Submits a job, prints each change
+// until it is placed (or failed, or the entry refused), then releases it when --release is given.
 //
-//   node examples/node/modelplan.mjs --redis-url redis://127.0.0.1:6379/0 --job-id node-1 \
+//   node examples/node/modelplan.mjs --redis-url redis://127.0.0.1:6379/0 --client-id svc-b --job-id node-1 \
 //        --request examples/requests/llama-3.1-8b-instruct.json --release
+//
+// With --client-id (registered by the operator: `modelplan client add svc-b`), entries go to the client's
+// own stream and its answers come on its own replies stream; without it, to the shared stream, naming the
+// job id as the reply stream.
 //
 // The request file is a serve request as `modelplan schema request` describes it. Plain redis:// URLs
 // (with user:password@ for an ACL user); for TLS, wrap the socket with node:tls.
@@ -16,6 +20,7 @@ const { values: opt } = parseArgs({
     "redis-url": { type: "string", default: "redis://127.0.0.1:6379/0" },
     prefix: { type: "string", default: "modelplan" },
     "job-id": { type: "string" },
+    "client-id": { type: "string" },
     request: { type: "string" },
     release: { type: "boolean", default: false },
     timeout: { type: "string", default: "60" },
@@ -88,7 +93,36 @@ function parse(buf, at) {
 
 const fields = (flat) => Object.fromEntries(flat.flatMap((v, i) => (i % 2 ? [] : [[v, flat[i + 1]]])));
 
-// Follow the job's stream from `last` until one of `until` (or a refusal) arrives; returns the last id.
+const client = opt["client-id"];
+const requests = client ? `${opt.prefix}:client:${client}:requests` : `${opt.prefix}:requests`;
+const replies = client ? `${opt.prefix}:client:${client}:replies` : `${opt.prefix}:reply:${opt["job-id"]}`;
+
+// Append an entry: its id, and the replies stream's last id before it (no answer to it comes before that).
+async function send(r, ...fieldsAndValues) {
+  const last = await r.call("XREVRANGE", replies, "+", "-", "COUNT", "1");
+  const replyTo = client ? [] : ["reply_to", opt["job-id"]];
+  const entry = await r.call("XADD", requests, "*", ...fieldsAndValues, ...replyTo);
+  return { entry, replied: last.length ? last[0][0] : "0-0" };
+}
+
+// Wait for the entry's answer on the replies stream: a refusal is printed, and ends the run.
+async function answered(r, sent, deadline) {
+  let replied = sent.replied;
+  while (Date.now() < deadline) {
+    const got = await r.call("XREAD", "COUNT", "100", "BLOCK", "1000", "STREAMS", replies, replied);
+    for (const [id, flat] of got ? got[0][1] : []) {
+      replied = id;
+      const e = fields(flat);
+      if (e.request !== sent.entry) continue;
+      if (e.ok === "true") return true;
+      console.log(`${e.job_id} refused ${e.reason}`);
+      return false;
+    }
+  }
+  throw new Error(`no answer within ${opt.timeout} s: is the client registered (modelplan client add)?`);
+}
+
+// Follow the job's stream from `last` until one of `until` arrives; returns the last id.
 async function follow(r, jobId, last, until, deadline) {
   const stream = `${opt.prefix}:job:${jobId}:events`;
   while (Date.now() < deadline) {
@@ -97,7 +131,7 @@ async function follow(r, jobId, last, until, deadline) {
       last = id;
       const e = fields(flat);
       console.log(`${e.job_id} ${e.state} ${e.reason}`);
-      if (until.includes(e.state) || e.request) return { last, state: e.state };
+      if (until.includes(e.state)) return { last, state: e.state };
     }
   }
   throw new Error(`no ${until.join(" or ")} within ${opt.timeout} s`);
@@ -108,10 +142,12 @@ await r.init();
 const jobId = opt["job-id"];
 const deadline = Date.now() + Number(opt.timeout) * 1000;
 const request = readFileSync(opt.request, "utf8");
-await r.call("XADD", `${opt.prefix}:requests`, "*", "op", "submit", "job_id", jobId, "request", request);
+let sent = await send(r, "op", "submit", "job_id", jobId, "request", request);
+if (!(await answered(r, sent, deadline))) process.exit(1);
 let { last, state } = await follow(r, jobId, "0", ["placed", "failed"], deadline);
 if (state === "placed" && opt.release) {
-  await r.call("XADD", `${opt.prefix}:requests`, "*", "op", "release", "job_id", jobId);
+  sent = await send(r, "op", "release", "job_id", jobId);
+  if (!(await answered(r, sent, deadline))) process.exit(1);
   ({ state } = await follow(r, jobId, last, ["released"], deadline));
 }
 r.close();

@@ -24,14 +24,16 @@ def nothing_kept() -> Iterator[None]:
 
 
 def stored(client: Client, r: redis.Redis) -> dict[str, bytes]:
-    """Raw records of a queued, a placed and a waiting job (with a nomination) of the same request."""
+    """Raw records of a queued, a placed and a waiting job (with a nomination) of the same request, and of
+    a job a client owns."""
     client.heartbeat(hb("gpu-0", gpus=1))
     for job_id in ("placed", "waiting"):
         client.submit(request(), job_id=job_id)
     client.submit(request(), job_id="queued")
+    client.submit(request(), job_id="owned", as_client="svc-a")
     out = {"queued": r.get(client.keys.job("queued"))}
     drain(client)
-    out |= {j: r.get(client.keys.job(j)) for j in ("placed", "waiting", "queued")}
+    out |= {j: r.get(client.keys.job(j)) for j in ("placed", "waiting", "queued", "owned")}
     assert all(isinstance(v, bytes) for v in out.values())
     return {k: v for k, v in out.items() if isinstance(v, bytes)}
 
@@ -76,6 +78,7 @@ def test_a_request_written_otherwise_is_read_the_whole_way_and_not_kept(client: 
         lambda d: {**d, "request": None},
         lambda d: {k: v for k, v in d.items() if k != "seq"},
         lambda d: d | {"extra": 1},
+        lambda d: d | {"owner": "a:b"},
     ],
 )
 def test_a_bad_record_with_a_kept_request_fails_as_it_would_the_whole_way(

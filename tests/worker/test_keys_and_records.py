@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from fnmatch import fnmatchcase
 from typing import Any
 
 import pytest
@@ -56,6 +57,28 @@ def test_every_key_spelled_out() -> None:
     assert Keys().job("x") == "modelplan:job:x"
     assert k.hub("meta-llama/Llama-3.1-8B", "main") == "mp:hub:meta-llama/Llama-3.1-8B@main"
     assert [k.requests, k.reply("svc-a"), k.stats] == ["mp:requests", "mp:reply:svc-a", "mp:stats"]
+    assert [k.clients, k.client_requests("c1"), k.client_replies("c1"), k.owned("c1")] == [
+        "mp:clients",
+        "mp:client:c1:requests",
+        "mp:client:c1:replies",
+        "mp:owned:c1",
+    ]
+    assert [k.client_pattern("c1"), k.job_pattern] == ["mp:client:c1:*", "mp:job:*"]
+
+
+FIXED = ("clients", "requests", "events", "nodes", "pending", "seq", "epoch", "ack", "stats", "quarantine", "client")
+
+
+@pytest.mark.parametrize("name", FIXED)
+def test_a_client_named_after_a_fixed_key_reaches_no_other_key(name: str) -> None:
+    """A client's keys have a shape no fixed key has, and its ACL pattern covers its own keys alone."""
+    k = Keys("mp")
+    fixed = {k.clients, k.requests, k.events, k.nodes, k.pending, k.seq, k.epoch, k.ack, k.stats, k.quarantine}
+    own = {k.client_requests(name), k.client_replies(name), k.owned(name)}
+    assert not own & fixed
+    others = {k.client_requests(f"{name}-b"), k.client_replies(f"{name}-b"), k.client_requests(f"b{name}")}
+    assert all(fnmatchcase(key, k.client_pattern(name)) for key in own - {k.owned(name)})
+    assert not any(fnmatchcase(key, k.client_pattern(name)) for key in others | fixed | {k.owned(name)})
 
 
 @pytest.mark.parametrize("bad", ["a:b", "*", "a b", "a\nb", "", "-lead", "x" * 129, "ü", "../x"])

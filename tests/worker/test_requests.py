@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis
+from structlog.testing import capture_logs
 
 from producer import Client
 from tests.worker.helpers import drain, hb, request, whole_state
@@ -92,17 +93,22 @@ def test_a_submit_without_an_id_is_named_after_its_entry(client: Client) -> None
         ({"op": "submit", "job_id": "bad-1", "request": "x" * (C.REQUEST_MAX_BYTES + 1)}, "request entry: (entry): is"),
     ],
 )
-def test_a_malformed_entry_is_answered_on_the_jobs_stream_and_leaves_nothing_else(
+def test_a_malformed_entry_is_answered_on_its_reply_stream_alone_and_leaves_nothing_else(
     client: Client, fields: dict[str, str], reason: str
 ) -> None:
     k = client.keys
-    client.redis.xadd(k.requests, fields)  # type: ignore[arg-type]
-    assert carry_out(client) == 1
-    [answer] = stream(client, k.job_events("bad-1"))
-    assert answer["state"] == "failed" and answer["reason"].startswith(reason), answer
+    client.redis.xadd(k.requests, {**fields, "reply_to": "svc"})  # type: ignore[dict-item]
+    with capture_logs() as logs:
+        client.redis.xadd(k.requests, fields)  # type: ignore[arg-type]
+        assert carry_out(client) == 2
+    [answer] = stream(client, k.reply("svc"))
+    assert (answer["ok"], answer["job_id"]) == ("false", "bad-1") and answer["reason"].startswith(reason), answer
     assert "\n" not in answer["reason"]
-    assert keys_of(client) == {k.requests, k.job_events("bad-1")}
-    assert 0 < client.redis.ttl(k.job_events("bad-1")) <= C.FINISHED_TTL_S
+    # the entry naming no reply stream is only logged: a refusal on the job's stream would tell whoever
+    # watches the job that it failed
+    [logged] = [e for e in logs if e["event"] == "request_refused"][1:]
+    assert logged["job_id"] == "bad-1" and logged["reason"].startswith(reason)
+    assert keys_of(client) == {k.requests, k.reply("svc")}
     assert client.store.queue.count == 0
     nothing_pending(client)
 
@@ -134,7 +140,7 @@ def test_an_entry_whose_worker_died_is_carried_out_by_another_once(client: Clien
     client.heartbeat(hb("gpu-a"))
     client.redis.xadd(k.requests, {"op": "submit", "job_id": "d-1", "request": request().model_dump_json()})
     dead = consumer(client, "dead")
-    dead.ensure_group()
+    dead.streams.sources()  # makes the group
     client.redis.xreadgroup(C.REQUEST_GROUP, "dead", {k.requests: ">"}, count=10)  # took it, then died
     assert consumer(client, "live").drain() == 0  # not yet idle long enough
     assert not client.redis.exists(k.job("d-1"))
@@ -150,7 +156,7 @@ def test_an_entry_whose_worker_died_is_carried_out_by_another_once(client: Clien
 
 def test_an_entry_handed_out_too_often_is_answered_not_tried_again(client: Client) -> None:
     k = client.keys
-    consumer(client).ensure_group()
+    consumer(client).streams.sources()  # makes the group
     entry = client.redis.xadd(k.requests, {"op": "release", "job_id": "p-1", "reply_to": "svc"})
     client.redis.xreadgroup(C.REQUEST_GROUP, "dead", {k.requests: ">"}, count=10)
     for _ in range(C.REQUEST_MAX_DELIVERIES - 1):  # each worker that took it died
@@ -239,6 +245,5 @@ def test_an_entry_whose_answer_cannot_be_written_is_still_acknowledged(client: C
     assert carry_out(client) == 2
     nothing_pending(client)
     assert client.redis.get(k.reply("svc")) == b"not a stream"
-    # the second names no reply stream that could be (nor is it text): it is answered on the job's stream
-    [answer] = stream(client, k.job_events("nope"))
-    assert answer["reason"].startswith("request entry: (entry): holds a field that is not UTF-8 text")
+    # the second names no reply stream that could be (nor is it text): it is only logged
+    assert keys_of(client) == {k.requests, k.reply("svc")}
