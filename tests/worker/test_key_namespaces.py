@@ -15,7 +15,7 @@ from worker.keys import ID_PATTERN, Keys
 from worker.records import JobState
 from worker.scripts import text
 
-ID_FAMILIES = ("node", "held", "job", "reply", "lock", "hub")
+ID_FAMILIES = ("node", "held", "job", "reply", "lock", "hub", "client", "owned", "boots", "conflict")
 """The key families that carry an id after their name (``node:{node_id}``, ...)."""
 
 
@@ -25,7 +25,12 @@ def fixed_keys(k: Keys) -> list[str]:
     for name in dir(Keys):
         if isinstance(getattr(Keys, name), property):
             value = getattr(k, name)
-            if isinstance(value, str) and value.startswith(k.prefix + ":") and not value.endswith(":"):
+            if (
+                isinstance(value, str)
+                and value.startswith(k.prefix + ":")
+                and not value.endswith(":")
+                and "*" not in value
+            ):
                 out.append(value)
     return sorted(out)
 
