@@ -25,6 +25,7 @@ from planner import (
 )
 from producer import agent
 from producer.client import Client, request_from_repository
+from producer.constants import METRICS_ADDR
 from producer.hub import looks_like_repo_id, resolve
 from producer.limits import check_folder, check_index, check_listing, read_bounded
 from producer.render import estimates_text, job_text, options_table, status_text
@@ -229,7 +230,10 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     if args.port is None:
         sys.stdout.write(_reading(lambda: metrics.exposition(client)))
         return 0
-    metrics.serve(client, args.port, args.addr)
+    try:
+        metrics.serve(client, args.port, args.addr)
+    except OSError as e:  # a name that does not resolve, an address not on this host, a port in use
+        raise InvalidInput("arguments", "--addr/--port", f"cannot listen on {args.addr} port {args.port} ({e})") from e
     return 0
 
 
@@ -346,7 +350,11 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("metrics", parents=[redis_args], help="Prometheus metrics: one scrape, or served with --port")
     p.add_argument("--port", type=int, help="serve /metrics on this port until stopped (default: print one scrape)")
-    p.add_argument("--addr", default="0.0.0.0", help="with --port: the address to listen on (default 0.0.0.0)")
+    p.add_argument(
+        "--addr",
+        default=METRICS_ADDR,
+        help=f"with --port: the address to listen on (default {METRICS_ADDR}: this host only; 0.0.0.0 for all)",
+    )
     p.set_defaults(func=cmd_metrics)
 
     p = sub.add_parser("schema", help="the JSON Schema of a request, record, heartbeat, node record or option")
