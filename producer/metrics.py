@@ -42,6 +42,7 @@ from producer.constants import METRICS_ADDR
 from producer.metrics_server import MetricsServer
 from producer.render import node_cards
 from worker.classes import class_of
+from worker.errors import RedisFailed
 from worker.keys import CPU_CLASS
 from worker.metrics import COUNTERS, HISTOGRAMS, bucket_field
 from worker.records import JobState, utcnow
@@ -61,7 +62,7 @@ class PoolCollector(Collector):
         up = GaugeMetricFamily(f"{NAMESPACE}_redis_up", "1 when this scrape could read Redis")
         try:
             metrics = list(self._read())
-        except (redis.RedisError, ConnectionError, PermissionError):
+        except (redis.RedisError, RedisFailed, ConnectionError, PermissionError):
             up.add_metric([], 0)
             yield up
             return
