@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import redis
+
 from planner import (
     DEFAULT_CONTEXT,
     ESTIMATES,
@@ -25,12 +27,13 @@ from planner import (
 )
 from producer import agent, clients
 from producer.client import Client, request_from_repository
+from producer.constants import METRICS_ADDR
 from producer.hub import looks_like_repo_id, resolve
 from producer.limits import check_folder, check_index, check_listing, read_bounded
 from producer.render import beat_text, estimates_text, job_text, options_table, status_text
-from worker.config import CLIENT_ID_ENV, PREFIX_ENV, REDIS_URL_ENV, configure_logging, estimate
+from worker.config import CLIENT_ID_ENV, PREFIX_ENV, REDIS_URL_ENV, configure_logging, estimate, redact, redis_url
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
-from worker.errors import RedisUnavailable
+from worker.errors import RedisForbidden, RedisUnavailable, redis_failure
 from worker.keys import Keys
 from worker.logs import get_logger
 from worker.records import JobState, parse_heartbeat
@@ -106,7 +109,7 @@ def _client(args: argparse.Namespace) -> Client:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from worker.config import prefix, redis_url
+    from worker.config import prefix
     from worker.runner import run
 
     configure_logging(args.log_level)
@@ -172,12 +175,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _reading(fn: Callable[[], T]) -> T:
-    """``fn``'s answer; Redis out of reach is said without "nothing was stored", as there was nothing to
-    store."""
+    """``fn``'s answer; Redis out of reach or refusing is said without "nothing was stored", as there was
+    nothing to store."""
     try:
         return fn()
     except RedisUnavailable as e:
-        raise RedisUnavailable(e.url, e.cause, stored=False) from e.cause
+        raise RedisUnavailable(e.url, e.cause, stored=False, hint=e.hint) from e.cause
+    except RedisForbidden as e:
+        raise RedisForbidden(e.url, e.cause, stored=False) from e.cause
 
 
 def cmd_job(args: argparse.Namespace) -> int:
@@ -228,7 +233,10 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     if args.port is None:
         sys.stdout.write(_reading(lambda: metrics.exposition(client)))
         return 0
-    metrics.serve(client, args.port, args.addr)
+    try:
+        metrics.serve(client, args.port, args.addr)
+    except OSError as e:  # a name that does not resolve, an address not on this host, a port in use
+        raise InvalidInput("arguments", "--addr/--port", f"cannot listen on {args.addr} port {args.port} ({e})") from e
     return 0
 
 
@@ -356,7 +364,11 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("metrics", parents=[redis_args], help="Prometheus metrics: one scrape, or served with --port")
     p.add_argument("--port", type=int, help="serve /metrics on this port until stopped (default: print one scrape)")
-    p.add_argument("--addr", default="0.0.0.0", help="with --port: the address to listen on (default 0.0.0.0)")
+    p.add_argument(
+        "--addr",
+        default=METRICS_ADDR,
+        help=f"with --port: the address to listen on (default {METRICS_ADDR}: this host only; 0.0.0.0 for all)",
+    )
     p.set_defaults(func=cmd_metrics)
 
     p = sub.add_parser(
@@ -367,6 +379,12 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _where(args: argparse.Namespace) -> str:
+    """The URL of the Redis a command talks to, for a message: the password masked; none for the demo's own."""
+    given = getattr(args, "redis_url", None) or os.environ.get(REDIS_URL_ENV)
+    return redact(redis_url(given)) if given or args.command != "demo" else ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command not in ("worker", "agent"):
@@ -375,7 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         sys.stdout.flush()
-    except ModelplanError as e:
+    except (ModelplanError, redis.RedisError) as e:
+        if isinstance(e, redis.RedisError):  # met outside the client's calls, which say where
+            e = redis_failure(_where(args), e)
         # "modelplan scale: scale: replicas ..." says the command twice
         said = str(e).removeprefix(f"{args.command}: ")
         print(f"modelplan {args.command}: {said}", file=sys.stderr)

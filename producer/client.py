@@ -33,7 +33,7 @@ from worker.config import redis_url as default_url
 from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
 from worker.conflicts import ConflictRecord
-from worker.errors import JobExists, JobNotFound, NotReplicated, RedisForbidden, RedisUnavailable
+from worker.errors import JobExists, JobNotFound, NotReplicated, redis_failure
 from worker.keys import Keys, check_client_id, check_id
 from worker.owners import ANYONE, Acting, Owned
 from worker.pool import Held, Snapshot
@@ -147,7 +147,7 @@ class Client:
         self.store = Store(client, Keys(default_prefix(prefix)))
         self.keys = self.store.keys
         self.redis = client
-        self._url = redact(url) if url else "Redis"
+        self._url = redact(url) if url else ""
         self.wait_replicas = default_wait_replicas(wait_replicas)
         """Replicas a submit, release, cancel or scale waits for before it returns (``MODELPLAN_WAIT_REPLICAS``,
         0 by default): with N, what returned survives a failover that promotes one of those N."""
@@ -182,12 +182,12 @@ class Client:
             raise NotReplicated(what, int(acked), self.wait_replicas, self.wait_timeout_ms)
 
     def _call(self, fn: Callable[[], T]) -> T:
+        """``fn``'s answer; any error Redis answers with, or its absence, as one of modelplan's errors
+        (``worker.errors.redis_failure``), with the URL redacted."""
         try:
             return fn()
-        except (redis.ConnectionError, redis.TimeoutError) as e:
-            raise RedisUnavailable(self._url, e) from e
-        except redis.exceptions.NoPermissionError as e:
-            raise RedisForbidden(self._url, e) from e
+        except redis.RedisError as e:
+            raise redis_failure(self._url, e) from e
 
     # --- serve jobs -------------------------------------------------------------------------------------
 

@@ -48,3 +48,33 @@ ANSWER_TIMEOUT_S = 45.0
 """How long a client acting through its own request stream waits for a worker's answer: a worker answers
 in milliseconds, takes over a dead worker's entry after 10 s, and answers one whose workers died three
 times as refused, some 30 s on; past this no worker reads the stream."""
+
+METRICS_ADDR = "127.0.0.1"
+"""Where ``modelplan metrics --port`` listens unless ``--addr`` says otherwise: loopback, so that node
+names, job counts and timings are offered to other hosts only when someone asks for it."""
+
+METRICS_HANDLER_THREADS = 2
+"""Scrapes answered at once: one reads Redis for milliseconds, a Prometheus sends one at a time, and the
+second leaves room for a person's ``curl`` beside it. No other thread answers, whatever connects."""
+
+METRICS_MAX_PENDING = 64
+"""Connections whose request has not yet arrived, at most; past it the oldest is closed. A scraper sends
+its request as soon as it connects, so only clients that hold connections open doing nothing are cut."""
+
+METRICS_QUEUED = 8
+"""Whole requests waiting for a handler thread, at most; past it a request is closed unanswered rather
+than kept waiting behind a flood."""
+
+METRICS_HEAD_DEADLINE_S = 10.0
+"""How long a connection has to send its whole request, from the moment it is accepted: Prometheus'
+default scrape timeout. A client that sends nothing, or a byte now and then, is closed past it."""
+
+METRICS_SEND_TIMEOUT_S = 10.0
+"""How long a handler thread may spend writing one answer: a client that does not read it frees the
+thread then."""
+
+METRICS_HEAD_BYTES = 8192
+"""The longest request (line and headers) read: a scrape's is a few hundred bytes."""
+
+METRICS_POLL_S = 0.5
+"""How often the accepting thread looks for connections past their deadline, and for being stopped."""

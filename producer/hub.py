@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from planner.errors import InvalidInput
 from planner.repository import MAX_FILE_BYTES, Repository, parse_listing, repository_from_listing
 from producer.errors import HubClientMissing, HubError, HubRepoNotFound, HubUnavailable
-from worker.errors import RedisUnavailable
+from worker.errors import redis_failure
 from worker.keys import ID_PATTERN, Keys
 from worker.records import utcnow
 
@@ -310,7 +310,8 @@ def resolve(
     a repository without ``config.json`` or that the planner cannot read; ``HubUnavailable`` (its subclass
     ``HubClientMissing`` when ``huggingface_hub`` is not installed) when the Hub cannot be asked;
     ``HubRepoNotFound`` when the repository or revision is missing, private or gated; ``RedisUnavailable``
-    when the cache cannot be reached. Only a resolve that succeeds writes to the cache.
+    when the cache cannot be reached, and the other errors of ``worker.errors.redis_failure`` when it
+    answers with one. Only a resolve that succeeds writes to the cache.
     """
     check_repo_id(repo_id)
     check_revision(revision)
@@ -326,8 +327,8 @@ def resolve(
     lock_name = "hub." + hashlib.sha256(f"{repo_id}@{revision}".encode()).hexdigest()[:32]
     try:
         entry = _cached_or_fetched(cache, key, keys.lock(lock_name), fetch, ttl)
-    except (redis.ConnectionError, redis.TimeoutError) as e:
-        raise RedisUnavailable(_where(cache), e) from e
+    except redis.RedisError as e:
+        raise redis_failure(_where(cache), e) from e
     return entry.repository()
 
 

@@ -41,8 +41,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from producer.client import Client
+from producer.constants import METRICS_ADDR
+from producer.metrics_server import MetricsServer
 from producer.render import node_cards
 from worker.classes import class_of
+from worker.errors import RedisFailed
 from worker.keys import CPU_CLASS
 from worker.metrics import CONFLICT_HEARTBEATS, COUNTERS, HISTOGRAMS, bucket_field
 from worker.records import JobState, utcnow
@@ -62,7 +65,7 @@ class PoolCollector(Collector):
         up = GaugeMetricFamily(f"{NAMESPACE}_redis_up", "1 when this scrape could read Redis")
         try:
             metrics = list(self._read())
-        except (redis.RedisError, ConnectionError, PermissionError):
+        except (redis.RedisError, RedisFailed, ConnectionError, PermissionError):
             up.add_metric([], 0)
             yield up
             return
@@ -161,10 +164,8 @@ def exposition(client: Client) -> str:
     return generate_latest(registry(client)).decode()
 
 
-def serve(client: Client, port: int, addr: str = "0.0.0.0") -> None:
-    """Serve ``/metrics`` on ``addr:port`` until interrupted."""
-    from prometheus_client import start_http_server
-
-    start_http_server(port, addr, registry=registry(client))
-    while True:
-        time.sleep(3600)
+def serve(client: Client, port: int, addr: str = METRICS_ADDR) -> None:
+    """Serve ``/metrics`` on ``addr:port`` until interrupted (``producer.metrics_server``)."""
+    with MetricsServer(registry(client), addr, port):
+        while True:
+            time.sleep(3600)

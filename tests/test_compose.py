@@ -50,6 +50,15 @@ def test_every_command_in_it_is_a_modelplan_command() -> None:
         parser().parse_args(c[1:])  # exits (fails the test) on an unknown command or flag
 
 
+def test_the_metrics_are_published_on_this_hosts_loopback_only() -> None:
+    metrics = compose()["services"]["metrics"]
+    command = metrics["command"]
+    # inside its container the exporter must listen beyond loopback for the published port to reach it
+    assert command[command.index("--addr") + 1] == "0.0.0.0"
+    port = command[command.index("--port") + 1]
+    assert metrics["ports"] == [f"127.0.0.1:{port}:{port}"]
+
+
 def test_docker_compose_validates_it() -> None:
     if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
         command = ["docker", "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"]

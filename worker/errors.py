@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import redis
+
 from planner.errors import InvalidInput, ModelplanError
 
 
@@ -61,12 +63,16 @@ class Contended(ModelplanError):
 
 
 class RedisForbidden(ModelplanError, PermissionError):
-    """Raised by the producer when Redis refuses a command for the user's ACL rules: nothing was stored."""
+    """Raised by the producer when Redis refuses a command for the user's ACL rules: nothing was stored.
+    ``stored=False`` for a command that only reads, where there was nothing to store."""
 
-    def __init__(self, url: str, cause: BaseException) -> None:
+    def __init__(self, url: str, cause: BaseException, *, stored: bool = True) -> None:
+        self.url = url
+        self.cause = cause
+        tail = "; nothing was stored" if stored else ""
         super().__init__(
-            f"Redis at {url} refused a command ({cause}); check the ACL user's key patterns "
-            "cover the prefix (see README: TLS, ACL users, Sentinel); nothing was stored"
+            f"{_redis_at(url)} refused a command ({_said(cause)}); check the ACL user's key patterns "
+            f"cover the prefix (see README: TLS, ACL users, Sentinel){tail}"
         )
 
 
@@ -77,8 +83,83 @@ class RedisUnavailable(ModelplanError, ConnectionError):
     def __init__(self, url: str, cause: BaseException, *, stored: bool = True, hint: str = "") -> None:
         self.url = url
         self.cause = cause
+        self.hint = hint
         tail = "; nothing was stored" if stored else ""
-        super().__init__(f"Redis at {url} cannot be reached ({cause}){tail}" + (f"; {hint}" if hint else ""))
+        said = f"{_redis_at(url)} cannot be reached ({_said(cause)}){tail}"
+        super().__init__(said + (f"; {hint}" if hint else ""))
+
+
+class RedisFailed(ModelplanError):
+    """Raised by the producer when Redis answers a command with an error that is neither an ACL refusal
+    (``RedisForbidden``) nor a lost connection (``RedisUnavailable``): a script running past Redis'
+    busy-reply-threshold (BUSY), a read-only replica (READONLY), memory at maxmemory (OOM), a failed
+    snapshot (MISCONF), a key of another type (WRONGTYPE), a reply that is not Redis' protocol. The message
+    gives what Redis said, its code included, and what to do where that is known; it says nothing of what
+    was stored, as an error after a write (a replica's acknowledgement) leaves the write in place."""
+
+    def __init__(self, url: str, cause: BaseException) -> None:
+        self.url = url
+        self.cause = cause
+        said = _said(cause)
+        hint = REPLY_HINTS.get(said.rpartition(PIPELINE_SAID)[2].split(" ", 1)[0], "")
+        super().__init__(f"{_redis_at(url)} answered with an error ({said})" + (f"; {hint}" if hint else ""))
+
+
+REPLY_HINTS = {
+    "BUSY": "a script has run past Redis' busy-reply-threshold: try again once it ends",
+    "READONLY": "this is a read-only replica: give the master's URL, or a redis+sentinel:// one",
+    "OOM": "Redis is at its maxmemory: free memory or raise maxmemory",
+    "MISCONF": "Redis refuses writes while it cannot save to disk: see its log",
+    "WRONGTYPE": "a key under the prefix holds another type: is something else using this prefix?",
+}
+"""What a person can do about the reply codes that come from the server's state, not from modelplan."""
+
+_CODES: dict[type[BaseException], str] = {
+    redis.exceptions.ReadOnlyError: "READONLY",
+    redis.exceptions.OutOfMemoryError: "OOM",
+    redis.exceptions.NoPermissionError: "NOPERM",
+    redis.exceptions.BusyLoadingError: "LOADING",
+    redis.exceptions.ExecAbortError: "EXECABORT",
+    redis.exceptions.NoScriptError: "NOSCRIPT",
+    redis.exceptions.TryAgainError: "TRYAGAIN",
+}
+"""The reply codes redis-py takes off the front of an error it has a class for."""
+
+PIPELINE_SAID = "caused error: "
+"""What redis-py puts before the reply of a command in a pipeline that failed ("Command # 2 (...) of
+pipeline caused error: OOM ...")."""
+
+SAID_CHARS = 300
+"""The most of Redis' own words a message quotes: a script's error can run long."""
+
+
+def _redis_at(url: str) -> str:
+    """ "Redis at URL", or "Redis" where the URL is not known (a client made on a connection)."""
+    return f"Redis at {url}" if url else "Redis"
+
+
+def _said(cause: BaseException) -> str:
+    """What Redis said, on one line, with the code redis-py took off given back."""
+    said = " ".join(str(cause).split())
+    code = next((c for kind, c in _CODES.items() if isinstance(cause, kind)), None)
+    before, sep, reply = said.rpartition(PIPELINE_SAID)
+    if code and not reply.startswith(code):
+        said = f"{before}{sep}{code} {reply}"
+    return said if len(said) <= SAID_CHARS else said[: SAID_CHARS - 3] + "..."
+
+
+def redis_failure(url: str, cause: redis.RedisError, *, stored: bool = True) -> ModelplanError:
+    """The error to raise for ``cause``, met talking to Redis at ``url`` (redacted by the caller; "" when
+    not known). ``stored=False`` for a command that only reads."""
+    if isinstance(cause, redis.exceptions.NoPermissionError):
+        return RedisForbidden(url, cause, stored=stored)
+    if isinstance(cause, redis.exceptions.AuthenticationError):
+        return RedisUnavailable(url, cause, stored=stored, hint="check the user and password in the URL")
+    if isinstance(cause, redis.exceptions.BusyLoadingError):
+        return RedisUnavailable(url, cause, stored=stored, hint="it is loading its data: try again shortly")
+    if isinstance(cause, redis.ConnectionError | redis.TimeoutError):
+        return RedisUnavailable(url, cause, stored=stored)
+    return RedisFailed(url, cause)
 
 
 class Refused(ModelplanError):
