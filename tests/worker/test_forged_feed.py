@@ -14,6 +14,7 @@ import pytest
 from producer import Client
 from tests.reliability.mirror_view import pool_view
 from tests.worker.helpers import drain, hb, request, whole_state
+from tests.worker.test_fallbacks_replicas import big_request
 from tests.worker.test_mirror import parsed
 from worker import jobs, poolread
 from worker.keys import Keys
@@ -158,6 +159,36 @@ def test_a_forged_record_of_another_class_fails_no_job(client: Client) -> None:
     drain(client)
     assert placed_on(client, "second") == ["gpu-0"]
     assert whole_state(client)["held"] == {"gpu-0": {"first": 1, "second": 1}}
+    mirror_matches_a_fresh_read(client)
+
+
+def test_a_nomination_whose_commit_was_refused_keeps_no_job_waiting(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wake-up pass plans its jobs one after another, each on what those before it take: a large job
+    ahead is nominated the card that freed, and a small job behind it waits for it. The large job's
+    commit is refused (cancelled meanwhile), so no nomination is written: the small job is planned again
+    on the card, not left waiting for a job ahead that holds nothing."""
+    client.heartbeat(hb("gpu-big", gpus=8))
+    small = [client.submit(request(), job_id=f"small-{i}") for i in range(8)]
+    client.submit(big_request(), job_id="big")
+    client.submit(request(), job_id="late")
+    drain(client)
+    assert [client.get(j).state for j in ("big", "late")] == [JobState.WAITING] * 2
+    transitions = Store.transitions
+
+    def cancelled_first(store: Store, calls: Any) -> Any:
+        if client.get("big").state is JobState.WAITING:
+            client.cancel("big")
+        return transitions(store, calls)
+
+    monkeypatch.setattr(Store, "transitions", cancelled_first)
+    client.release(small[0])
+    drain(client)
+    assert placed_on(client, "late") == ["gpu-big"]
+    state = whole_state(client)
+    assert "nominated" not in state and state["held"] == {"gpu-big": {j: 1 for j in [*small[1:], "late"]}}
+    assert state["index"] == {"cancelled": ["big"], "placed": sorted([*small[1:], "late"]), "released": ["small-0"]}
     mirror_matches_a_fresh_read(client)
 
 
