@@ -114,6 +114,7 @@ class Mirror:
         self.pool.drop_node(node_id)
 
     def expire(self, server_ms: int) -> None:
-        """Leave out every node whose heartbeat has lapsed by ``server_ms`` as last heard, unread."""
+        """Leave out every node whose heartbeat lapses by ``server_ms`` as last heard, without reading it
+        again: for a mirror fed by hand."""
         for node_id in self.due(server_ms):
             self.drop(node_id)
