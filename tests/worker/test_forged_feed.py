@@ -206,7 +206,7 @@ def test_entries_that_name_no_node_or_change_nothing_cost_no_read(
         asked.append(ask(pipe, store, named))
         return asked[-1]
 
-    monkeypatch.setattr(poolread, "_ask_nodes", spied, raising=False)
+    monkeypatch.setattr(poolread, "_ask_nodes", spied)
     held = client.get("first").placement[0]
     value = client.redis.hget(client.keys.held(held.node_id), held.hold_id)
     assert value is not None
