@@ -136,6 +136,10 @@ the hold starts the time again; past it with none, the hold is let go for others
 POOL_CHANGES_MAXLEN = 200_000
 """Changes kept on ``pool:changes``: ten seconds of 20,000 heartbeats a second. A worker further behind
 than this reads the whole pool again."""
+REFRESHES_MAX_BYTES = HEARTBEAT_BATCH * 129
+"""The longest list of refreshed nodes an entry of ``pool:changes`` holds as modelplan writes it (a call of
+``HEARTBEAT_BATCH`` ids of at most 128 characters, space-separated). A longer one is passed over: its
+nodes, not refreshed in a mirror, are read again when they seem to lapse."""
 MIRROR_BATCH = 20_000
 """The most changes a worker takes from ``pool:changes`` in one read; more waiting are read in further
 pages of this size, while the stream still holds them."""

@@ -12,6 +12,9 @@ from worker.pool import Snapshot
 
 NEVER = 1 << 62
 """When a node with no TTL lapses (a record written by hand): never."""
+LAPSE_HEAP_SLACK = 10_000
+"""Lapses to check kept past two a node before they are made one a node again: legitimately a few per
+node (its last read, its batches' refreshes), all due within a TTL."""
 
 
 def stream_id(value: str) -> tuple[int, int]:
@@ -71,21 +74,47 @@ class Mirror:
         refreshes) the mirror holds: a node it does not hold (its record did not parse) stays out until a
         heartbeat changes it."""
         lapses = self._lapses
-        lapses.update(dict.fromkeys(lapses.keys() & node_ids.split(" "), at_ms))
-        self._check_at(at_ms, node_ids)
+        held = lapses.keys() & node_ids.split(" ")
+        if held:
+            lapses.update(dict.fromkeys(held, at_ms))
+            self._check_at(at_ms, node_ids)
 
     def _check_at(self, at_ms: int, node_ids: str) -> None:
         self._order += 1
-        heapq.heappush(self._due, (at_ms, self._order, node_ids))
+        due = self._due
+        if len(due) > 2 * len(self._lapses) + LAPSE_HEAP_SLACK:
+            # entries far in the future pile up (a writer of pool:changes picks the TTLs): kept to one a node
+            due[:] = [(at, i, node_id) for i, (node_id, at) in enumerate(self._lapses.items())]
+            heapq.heapify(due)
+        heapq.heappush(due, (at_ms, self._order, node_ids))
 
-    def expire(self, server_ms: int) -> None:
-        """Leave out every node whose heartbeat has lapsed by ``server_ms``, as its key has in Redis."""
-        due, lapses = self._due, self._lapses
+    def due(self, server_ms: int) -> list[str]:
+        """The nodes the mirror holds whose heartbeats lapse by ``server_ms`` as last heard. They stay in
+        until their records are read again (``drop`` those that are gone): a lapse is heard from
+        ``pool:changes``, which is no authority on it. Each is checked again at the next call, unless
+        heard of meanwhile, so that none is lost should that read fail."""
+        due, lapses, records = self._due, self._lapses, self.pool.records
+        out: list[str] = []
         while due and due[0][0] <= server_ms:
             ids = heapq.heappop(due)[2].split(" ")
             # most were published since, and are due at their new lapse: the ones that were not are picked
             # out in C, a batch at a time (a node the mirror does not hold counts as never lapsing)
-            lapsed = compress(ids, map(server_ms.__ge__, map(lapses.get, ids, repeat(NEVER))))
-            for node_id in lapsed:
-                del lapses[node_id]
-                self.pool.drop_node(node_id)
+            out += compress(ids, map(server_ms.__ge__, map(lapses.get, ids, repeat(NEVER))))
+        out = list(dict.fromkeys(out))
+        for node_id in [n for n in out if n not in records]:
+            del lapses[node_id]
+        out = [node_id for node_id in out if node_id in records]
+        if out:
+            self._check_at(server_ms, " ".join(out))
+        return out
+
+    def drop(self, node_id: str) -> None:
+        """A node with no live heartbeat, as read from its key: out of the pool, and no longer timed."""
+        self._lapses.pop(node_id, None)
+        self.pool.drop_node(node_id)
+
+    def expire(self, server_ms: int) -> None:
+        """Leave out every node whose heartbeat lapses by ``server_ms`` as last heard, without reading it
+        again: for a mirror fed by hand."""
+        for node_id in self.due(server_ms):
+            self.drop(node_id)

@@ -114,16 +114,18 @@ class ParseCache:
             out.append(key)
         return out
 
-    def node(self, raw: bytes, key: str) -> ParsedNode:
+    def node(self, raw: bytes, key: str, *, keep: bool = True) -> ParsedNode:
         """The node a stored heartbeat holds; ``BadRecord`` for one that does not parse (remembered, so
-        that it is not parsed again while its bytes stay the same)."""
+        that it is not parsed again while its bytes stay the same). ``keep=False``: what was not cached
+        is parsed and not kept, for reads between two whole reads (which trim the cache): a changed
+        heartbeat's bytes are seldom read again."""
         got = self.nodes.get(raw)
         if got is not None:
             return got
         bad = self.bad_nodes.get(raw)
         if bad is not None:
             raise BadRecord(key, bad.what, raw, newer=bad.newer)
-        keep = len(raw) <= C.PARSE_CACHE_ENTRY_MAX_BYTES
+        keep = keep and len(raw) <= C.PARSE_CACHE_ENTRY_MAX_BYTES
         try:
             got = ParsedNode.of(read_record(NodeRecord, raw, key))
         except BadRecord as e:
@@ -310,6 +312,9 @@ class Snapshot:
 
     def put_node(self, node_id: str, parsed: ParsedNode) -> None:
         """A node's new heartbeat: it joins the pool, or what it reports changes."""
+        old = self.records.get(node_id)
+        if old is parsed.record or old == parsed.record:
+            return  # read again and found as it was
         self.records[node_id] = parsed.record
         self._reported[node_id] = parsed.reported
         self._started[node_id] = parsed.started
@@ -322,6 +327,22 @@ class Snapshot:
         del self.records[node_id], self._reported[node_id], self._started[node_id]
         if self._plain is not None:
             self._plain.drop(node_id)
+
+    def put_holds(self, node_id: str, holds: dict[str, Held]) -> None:
+        """Every hold on a node, as read from ``held:{node}``: the ones not there any more are cleared."""
+        old = self.held.get(node_id, {})
+        if old == holds:
+            return
+        for hid in old.keys() - holds.keys():
+            self._note(node_id, hid, old[hid], None)
+        for hid, h in holds.items():
+            if old.get(hid) != h:
+                self._note(node_id, hid, old.get(hid), h)
+        if holds:
+            self.held[node_id] = dict(holds)
+        else:
+            self.held.pop(node_id, None)
+        self._replot(node_id)
 
     def set_hold(self, node_id: str, hold_id: str, held: Held | None) -> None:
         """A hold written (or, with None, cleared) on a node."""

@@ -1,8 +1,17 @@
 """Reading the pool from Redis into a worker's mirror (``worker.mirror.Mirror``): the whole of it, what
-changed since the mirror's last read (``pool:changes``), or one node afresh."""
+changed since the mirror's last read (``pool:changes``), or some nodes afresh.
+
+What a mirror holds of a node is what its keys hold (``node:{id}`` and its TTL, ``held:{id}``), never what
+an entry of ``pool:changes`` says: a node agent may add to the stream (the heartbeat script writes it with
+the caller's rights), so an entry is a reason to read the node it names again, and no more. The nodes a
+batch of entries names are read in one round trip after it; an entry that would change nothing in the
+mirror (a worker's own commit read back) names nothing, so a catch-up costs that round trip only when
+something changed. A refresh's TTL is the one thing taken from an entry, as a hint of when to look again
+(``_note_change``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -10,10 +19,9 @@ import redis
 from worker import constants as C
 from worker import logs
 from worker.errors import BadRecord
-from worker.keys import ID_PATTERN
+from worker.keys import HOLD_PATTERN, ID_MAX, ID_PATTERN
 from worker.mirror import NEVER, Mirror
 from worker.pool import ParsedNode, Snapshot, parse_cache
-from worker.records import NodeRecord, read_record
 from worker.scripts import text
 
 if TYPE_CHECKING:
@@ -106,6 +114,17 @@ def ask_changes(pipe: Any, store: Store, mirror: Mirror) -> None:
     pipe.time()
 
 
+@dataclass(slots=True)
+class Named:
+    """The nodes a batch of entries names, to read again: their heartbeats, their holds."""
+
+    nodes: set[str] = field(default_factory=set)
+    holds: set[str] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.nodes or self.holds)
+
+
 def apply_changes(store: Store, mirror: Mirror, replies: list[Any]) -> bool:
     """Apply the replies to ``ask_changes`` (read with ``raise_on_error=False``); False when the mirror
     cannot catch up from them, said in the log with why: the whole pool is read next."""
@@ -113,7 +132,6 @@ def apply_changes(store: Store, mirror: Mirror, replies: list[Any]) -> bool:
     for reply in (epoch, now):
         if isinstance(reply, Exception):
             raise reply
-    secs, micros = now
     if isinstance(info, Exception):  # no stream: lost (a Redis restart, a delete) or not made yet
         if mirror.last_id != "0-0" or isinstance(entries, Exception) or entries:
             return _behind(mirror, "stream_gone")
@@ -122,24 +140,49 @@ def apply_changes(store: Store, mirror: Mirror, replies: list[Any]) -> bool:
         return _behind(mirror, _lost(info))
     if isinstance(entries, Exception):
         return _behind(mirror, "stream_gone")
+    started = mirror.last_id
+    try:
+        return _apply(store, mirror, entries, now, epoch)
+    except BaseException:
+        # the entries past its place were noted, the nodes they name perhaps not read: all of it again
+        mirror.last_id = started
+        raise
+
+
+def _apply(store: Store, mirror: Mirror, entries: list[Any], now: Any, epoch: Any) -> bool:
+    named = Named()
     for entry_id, fields in entries:
-        _apply_change(store, mirror, text(entry_id), fields)
+        _note_change(mirror, text(entry_id), fields, named)
     for _ in range(C.POOL_CHANGES_MAXLEN // C.MIRROR_BATCH + 1):
         if len(entries) < C.MIRROR_BATCH:
             break
-        # more wait: read on a page at a time, each checked against a trim that overtook the mirror meanwhile
+        # more wait: read on a page at a time, each checked against a trim that overtook the mirror
+        # meanwhile, the nodes the page before named read in the same round trip
         with store.redis.pipeline(transaction=False) as pipe:
             pipe.xinfo_stream(store.keys.pool_changes)
             pipe.xrange(store.keys.pool_changes, min="(" + mirror.last_id, count=C.MIRROR_BATCH)
             pipe.time()
-            info, entries, (secs, micros) = pipe.execute()
+            asked = _ask_nodes(pipe, store, named)
+            replies = pipe.execute()
+        info, entries, now = replies[:3]
+        _put_nodes(store, mirror, asked, replies[3:], now)
         if not mirror.continues(info):
             return _behind(mirror, _lost(info))
+        named = Named()
         for entry_id, fields in entries:
-            _apply_change(store, mirror, text(entry_id), fields)
+            _note_change(mirror, text(entry_id), fields, named)
     else:
         return _behind(mirror, "far_behind")  # changes come faster than this worker applies them
-    mirror.expire(secs * 1000 + micros // 1000)
+    secs, micros = now
+    named.nodes.update(mirror.due(secs * 1000 + micros // 1000))
+    if named:
+        with store.redis.pipeline(transaction=False) as pipe:
+            asked = _ask_nodes(pipe, store, named)
+            pipe.time()
+            replies = pipe.execute()
+        _put_nodes(store, mirror, asked, replies[:-1], replies[-1])
+    # the epoch read with the entries, not one read since: capacity freed past the last entry applied is
+    # not in the mirror yet, and a plan made on it must not pass for having seen that
     mirror.pool.epoch = text(epoch) if epoch is not None else "0"
     return True
 
@@ -161,61 +204,104 @@ def reread_node(store: Store, mirror: Mirror, node_id: str) -> None:
     about it (a change that never went onto ``pool:changes``, such as a record written by hand)."""
     if not ID_PATTERN.fullmatch(node_id):
         return
-    k = store.keys
-    with store.redis.pipeline(transaction=True) as pipe:
-        pipe.get(k.node(node_id))
-        pipe.pttl(k.node(node_id))
-        pipe.hgetall(k.held(node_id))
+    with store.redis.pipeline(transaction=False) as pipe:
+        asked = _ask_nodes(pipe, store, Named({node_id}, {node_id}))
         pipe.time()
-        raw, ttl, held, (secs, micros) = pipe.execute()
+        replies = pipe.execute()
+    _put_nodes(store, mirror, asked, replies[:-1], replies[-1])
+
+
+def _ask_nodes(pipe: Any, store: Store, named: Named) -> tuple[list[str], list[str]]:
+    """Queue on ``pipe`` the reads of what ``named`` names (its nodes' heartbeats with their TTLs, then
+    its nodes' holds): the nodes asked for, for ``_put_nodes``."""
+    k = store.keys
+    nodes, holds = sorted(named.nodes), sorted(named.holds)
+    if nodes:
+        keys = [k.node(n) for n in nodes]
+        pipe.mget(keys)
+        for key in keys:
+            pipe.pttl(key)
+    for n in holds:
+        pipe.hgetall(k.held(n))
+    return nodes, holds
+
+
+def _put_nodes(store: Store, mirror: Mirror, asked: tuple[list[str], list[str]], replies: list[Any], now: Any) -> None:
+    """Put into ``mirror`` what ``_ask_nodes`` read: each node as its key holds it (out of the pool when
+    it has none that parses), each node's holds as its ``held:{id}`` holds them."""
+    nodes, holds = asked
     pool = mirror.pool
-    for hid in list(pool.held.get(node_id, {})):
-        pool.set_hold(node_id, hid, None)
-    for hid, h in store.holds_of(node_id, held).items():
-        pool.set_hold(node_id, hid, h)
+    if nodes:
+        raws, ttls, replies = replies[0], replies[1 : len(nodes) + 1], replies[len(nodes) + 1 :]
+        secs, micros = now
+        server_ms = secs * 1000 + micros // 1000
+        for node_id, raw, ttl in zip(nodes, raws, ttls, strict=True):
+            # read apart, the key may lapse between its GET and its PTTL (-2): it is gone
+            parsed = _parsed(store, node_id, raw) if raw is not None and ttl != -2 else None
+            if parsed is None:
+                mirror.drop(node_id)
+                continue
+            pool.put_node(node_id, parsed)
+            mirror.expires(node_id, server_ms + ttl if ttl >= 0 else NEVER)
+    for node_id, held in zip(holds, replies, strict=True):
+        pool.put_holds(node_id, store.holds_of(node_id, held))
+
+
+def _parsed(store: Store, node_id: str, raw: bytes) -> ParsedNode | None:
     try:
-        parsed = parse_cache.node(raw, k.node(node_id)) if raw else None
+        return parse_cache.node(raw, store.keys.node(node_id), keep=False)
     except BadRecord as e:
         store.report_bad(e, "left out of the pool")
-        parsed = None
-    if parsed is None:
-        pool.drop_node(node_id)
-        return
-    pool.put_node(node_id, parsed)
-    server_ms = secs * 1000 + micros // 1000
-    mirror.expires(node_id, server_ms + int(ttl) if int(ttl) >= 0 else NEVER)
+        return None
 
 
-def _apply_change(store: Store, mirror: Mirror, entry_id: str, fields: dict[Any, Any]) -> None:
-    k, pool = store.keys, mirror.pool
+def _note_change(mirror: Mirror, entry_id: str, fields: dict[Any, Any], named: Named) -> None:
+    """Note one entry of ``pool:changes``: the node it names, in ``named`` when reading it again could
+    change the mirror."""
     mirror.last_id = entry_id
-    if b"ns" in fields:
-        # a call's refreshes: the nodes report what they did, and only when their heartbeats lapse moves. A
-        # node the mirror does not hold (its record did not parse) stays out until a heartbeat changes it
-        lapse = int(entry_id.split("-", 1)[0]) + int(text(fields.get(b"t", b"0")) or 0)
-        mirror.refreshed(text(fields[b"ns"]), lapse)
+    if b"ns" in fields or (b"t" in fields and b"r" not in fields):
+        # a call's refreshes (or, from an older modelplan, one): the nodes report what they did, and only
+        # when their heartbeats lapse moves. Taken from the entry as it comes, for a read per refresh is
+        # the cost of every heartbeat: a refresh forged short only has the node read again when it is due
+        # (``Mirror.due``), one forged long keeps it in the mirror past its lapse, where a commit on it is
+        # refused as ``silent`` and the worker reads it again (``planning._committed``), as the sweep's
+        # entry for it does once it drops the node (``Store.forget_node_if_silent``). A node the mirror
+        # does not hold (its record did not parse) stays out until a heartbeat changes it
+        at = _lapse(entry_id, fields.get(b"t", b""))
+        ids = fields.get(b"ns", fields.get(b"n", b""))
+        if at is not None and len(ids) <= C.REFRESHES_MAX_BYTES:
+            mirror.refreshed(ids.decode(errors="replace"), at)
         return
-    node_id = text(fields.get(b"n", b""))
-    if not ID_PATTERN.fullmatch(node_id):
+    node_id = _node_id(fields.get(b"n", b""))
+    if node_id is None:
         return
+    pool = mirror.pool
     if b"r" in fields:
-        try:
-            parsed = ParsedNode.of(read_record(NodeRecord, fields[b"r"], k.node(node_id)))
-        except BadRecord as e:
-            store.report_bad(e, "left out of the pool")
-            pool.drop_node(node_id)
-            return
-        pool.put_node(node_id, parsed)
-        mirror.expires(node_id, int(entry_id.split("-", 1)[0]) + int(text(fields.get(b"t", b"0")) or 0))
-    elif b"t" in fields:
-        # a refresh: the node reports what it did, and only when its heartbeat lapses moves. A node the
-        # mirror does not hold (its record did not parse) stays out until a heartbeat that changes it
-        if node_id in pool.records:
-            mirror.expires(node_id, int(entry_id.split("-", 1)[0]) + int(text(fields[b"t"]) or 0))
+        named.nodes.add(node_id)
     elif b"gone" in fields:
-        pool.drop_node(node_id)
+        if node_id in pool.records:
+            named.nodes.add(node_id)
     elif b"h" in fields:
+        hid = fields[b"h"].decode(errors="replace")
+        if not HOLD_PATTERN.fullmatch(hid):
+            return  # no modelplan script writes one: nothing to look at
         value = fields.get(b"v", b"")
-        held = store.holds_of(node_id, {fields[b"h"]: value}) if value else {text(fields[b"h"]): None}
-        for hid, h in held.items():
-            pool.set_hold(node_id, hid, h)
+        said = parse_cache.hold(value) if value else None
+        # the same as the mirror holds (this worker's own commit, read back): nothing to read again
+        if pool.held.get(node_id, {}).get(hid) != said:
+            named.holds.add(node_id)
+
+
+def _node_id(raw: bytes) -> str | None:
+    if len(raw) > ID_MAX:
+        return None
+    node_id = raw.decode(errors="replace")
+    return node_id if ID_PATTERN.fullmatch(node_id) else None
+
+
+def _lapse(entry_id: str, ttl: bytes) -> int | None:
+    """When a heartbeat refreshed at ``entry_id`` with ``ttl`` lapses; None for a TTL that is no number."""
+    try:
+        return int(entry_id.split("-", 1)[0]) + int(ttl)
+    except ValueError:
+        return None

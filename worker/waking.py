@@ -63,12 +63,19 @@ def wake_pass(store: Store, full: bool = False) -> int:
             batch.append((rec, change, snap.stage(change.place, change.clear)))
     moved = 0
     again = []
+    unwritten = False  # a change before this one took cards (a placement, a nomination) its commit did not
     for (rec, change, _), (code, new) in zip(batch, commit_all(store, batch, snap) if batch else [], strict=True):
         if new is not None:
             moved += _placed(change, new, snap)
-        elif code not in ("stale", "gone"):
-            again.append(rec)
-    for rec in again:  # its nodes were not as the mirror had them: once more, alone, on the pool as it is now
+            if unwritten and new.pending:
+                # planned on cards taken by a change that was refused: it may wait for a job ahead that holds
+                # nothing, and no wake-up would come for it (nothing was freed)
+                again.append(new)
+        else:
+            if code not in ("stale", "gone"):
+                again.append(rec)
+            unwritten = unwritten or bool(change.place)
+    for rec in again:  # refused, or planned on what a refused change took: once more, alone, on the pool now
         snap = store.snapshot()
         fresh = readable_job(store, rec.job_id)
         change = _change(fresh, snap, heads) if fresh is not None and fresh.pending else None
