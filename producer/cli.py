@@ -25,11 +25,12 @@ from planner import (
     repository_from_folder,
     repository_from_listing,
 )
-from producer import agent, clients
+from producer import agent, clients, operator
 from producer.client import Client, request_from_repository
 from producer.constants import METRICS_ADDR
 from producer.hub import looks_like_repo_id, resolve
 from producer.limits import check_folder, check_index, check_listing, read_bounded
+from producer.refusals import refusals
 from producer.render import beat_text, estimates_text, job_text, options_table, status_text
 from worker.config import CLIENT_ID_ENV, PREFIX_ENV, REDIS_URL_ENV, configure_logging, estimate, redact, redis_url
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
@@ -220,7 +221,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         states = (JobState.PLANNING, JobState.QUEUED, JobState.WAITING, JobState.PLACED)
         live = [r for s in states for r in client.jobs(s)]
         client.check_indexes()
-        return status_text(client.pool(), client.counts(), live, client.quarantined(), client.conflicts())
+        refused = refusals(client.redis, client.keys) or []
+        return status_text(client.pool(), client.counts(), live, client.quarantined(), client.conflicts(), refused)
 
     print(_reading(read))
     return 0
@@ -350,6 +352,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("client", help="register or remove a client that drives its jobs through its own stream")
     clients.add_arguments(p, [redis_args])
     p.set_defaults(func=clients.run_from_args)
+    operator.add_arguments(sub, [redis_args])
 
     p = sub.add_parser("agent", help="this node's agent: heartbeats, and placed replicas handed to a starter")
     agent.add_arguments(p)

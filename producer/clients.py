@@ -16,27 +16,18 @@ import sys
 
 import redis
 
+from producer import roles
 from worker.keys import Keys, check_client_id
-
-CLIENT_COMMANDS = ("ping", "get", "xadd", "xread", "xrange", "xrevrange")
-"""What a client's user runs: XADD its entries, XREAD and XREVRANGE its replies, GET a job's record and
-XREAD, XRANGE or XREVRANGE its stream (``Client.get``, ``Client.watch``), PING (a connection's health
-check)."""
 
 
 def acl_user(keys: Keys, client_id: str) -> str:
-    """The ACL user name a client logs in as: the prefix and the id, so that no id can name the operator's
-    or the workers' own user, nor another deployment's client."""
-    return f"{keys.prefix}.client.{check_client_id(client_id)}"
+    """The ACL user name a client logs in as (``roles.user_name``)."""
+    return roles.user_name(keys, "client", check_client_id(client_id))
 
 
 def acl_rule(keys: Keys, client_id: str, password: str = "PASSWORD") -> str:
     """The line an ACL file takes for a client's user (``password``: write its own in place of the word)."""
-    commands = " ".join(f"+{c}" for c in CLIENT_COMMANDS)
-    return (
-        f"user {acl_user(keys, client_id)} on >{password} resetchannels resetkeys -@all {commands} "
-        f"~{keys.client_pattern(client_id)} %R~{keys.job_pattern}"
-    )
+    return roles.client_rule(keys, client_id, password)
 
 
 def add(r: redis.Redis, keys: Keys, client_id: str) -> bool:

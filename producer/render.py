@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from planner import Estimate, Option
+from producer.refusals import Refusal
 from worker.beats import Beat
 from worker.conflicts import ConflictRecord
 from worker.pool import Snapshot
@@ -177,11 +178,14 @@ def status_text(
     jobs: Sequence[JobRecord],
     quarantined: Mapping[str, Mapping[str, Any]] | None = None,
     conflicts: Sequence[ConflictRecord] = (),
+    refused: Sequence[Refusal] = (),
 ) -> str:
-    """The pool drawn as cards, then each node id two agents publish under, then the jobs at a glance,
-    then one line for each stored record that does not parse."""
+    """The pool drawn as cards, then each node id two agents publish under and each kind of write the
+    server's ACL refused a login, then the jobs at a glance, then one line for each stored record that does
+    not parse."""
     out = [f"{len(snap.records)} node(s) in the pool", pool_picture(snap)]
     out += [conflict_line(c) for c in conflicts]
+    out += [f.line() for f in refused]
     out.append("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if any(counts.values()) else "no jobs")
     out += [_table([job_row(r) for r in jobs])] if jobs else []
     for key, found in sorted((quarantined or {}).items()):

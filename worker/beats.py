@@ -53,6 +53,9 @@ class Heartbeats:
     redis: redis.Redis
     keys: Keys
 
+    def repair(self, key: str) -> None:
+        raise NotImplementedError
+
     def put_heartbeat(self, record: NodeRecord) -> tuple[bool, bool, bool]:
         """Store a heartbeat: ``(stored, wake, restarted)``. An older heartbeat of the same boot is not
         stored; ``wake`` that it signalled a wake-up pass; ``restarted`` that the node has a new boot."""
@@ -82,10 +85,18 @@ class Heartbeats:
             replies = [beat(keys=calls[0][0], args=calls[0][1])]
         else:
             with self.redis.pipeline(transaction=False) as pipe:
-                pipe.scripts.add(beat)  # loaded once for the batch if the server lost it
                 for keys, args in calls:
-                    pipe.execute_command("EVALSHA", beat.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
-                replies = pipe.execute()
+                    beat.queue(pipe, keys, args)
+                replies = pipe.execute(raise_on_error=False)
+            for i, ((keys, args), reply) in enumerate(zip(calls, replies, strict=True)):
+                if beat.lost(reply):  # the server lost its scripts: that call ran nothing
+                    replies[i] = beat(keys=keys, args=args)
+                elif isinstance(reply, Exception):
+                    raise reply
+        for i, ((keys, args), reply) in enumerate(zip(calls, replies, strict=True)):
+            if text(reply[0]) == "wrongtype":  # a shared key of another type: nothing written, the hint repaired
+                self.repair(text(reply[1]))
+                replies[i] = beat(keys=keys, args=args)
         out: list[BeatReply] = []
         for reply in replies:
             wake = int(reply[0]) == 1

@@ -148,10 +148,17 @@ def _said(cause: BaseException) -> str:
     return said if len(said) <= SAID_CHARS else said[: SAID_CHARS - 3] + "..."
 
 
+def _refused_in_script(cause: redis.RedisError) -> bool:
+    """A command a script or function ran as the caller, refused by the caller's ACL rules: Redis answers
+    these as a script error, not as NOPERM."""
+    said = str(cause)
+    return "The user executing the script can't" in said or "has no permissions to" in said
+
+
 def redis_failure(url: str, cause: redis.RedisError, *, stored: bool = True) -> ModelplanError:
     """The error to raise for ``cause``, met talking to Redis at ``url`` (redacted by the caller; "" when
     not known). ``stored=False`` for a command that only reads."""
-    if isinstance(cause, redis.exceptions.NoPermissionError):
+    if isinstance(cause, redis.exceptions.NoPermissionError) or _refused_in_script(cause):
         return RedisForbidden(url, cause, stored=stored)
     if isinstance(cause, redis.exceptions.AuthenticationError):
         return RedisUnavailable(url, cause, stored=stored, hint="check the user and password in the URL")
@@ -234,3 +241,15 @@ class OverQuota(ModelplanError):
     def __init__(self, job_id: str, setting: str, problem: str) -> None:
         self.job_id, self.setting = job_id, setting
         super().__init__(f"job {job_id!r}: {problem} ({setting}); nothing was changed")
+
+
+class FunctionsMissing(ModelplanError):
+    """Raised where a script is run on a server that lacks modelplan's Functions library (of this version)
+    and the login may neither load it nor run scripts of its own, as least privilege has it."""
+
+    def __init__(self, library: str) -> None:
+        self.library = library
+        super().__init__(
+            f"modelplan's functions (library {library}) are not loaded on this Redis, and this login may neither "
+            "load them nor run scripts: have the operator run 'modelplan setup-redis'"
+        )

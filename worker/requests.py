@@ -273,11 +273,12 @@ class Consumer:
     def _scale(self, job_id: str, replicas: int, client_id: str | None, owned: Owned | None) -> JobRecord:
         """A scale within the quotas: a client's new count is reserved before it is planned, so that two
         entries carried out at once cannot both pass, and settled on what the record says after."""
-        self.quotas.check_job(job_id, replicas)
         if owned is None:
+            self.quotas.check_job(job_id, replicas)
             return self.client.scale(job_id, replicas, as_client=client_id)
-        owned.reserve(job_id, replicas)
+        owned.reserve(job_id, replicas)  # another client's job is refused as that before any bound is named
         try:
+            self.quotas.check_job(job_id, replicas)
             return self.client.scale(job_id, replicas, as_client=client_id)
         finally:
             owned.settle(job_id)

@@ -274,13 +274,12 @@ class Store(Handoffs, Heartbeats):
         reply."""
         run = script(self.redis, name)
         with self.redis.pipeline(transaction=False) as pipe:
-            # EVALSHA itself: a script registered on a pipeline costs a SCRIPT EXISTS round trip each time
-            pipe.evalsha(run.sha, len(keys), *keys, *args)
+            run.queue(pipe, keys, args)
             if self._mirror is not None:
                 poolread.ask_changes(pipe, self, self._mirror)
             replies = pipe.execute(raise_on_error=False)
         reply = replies[0]
-        if isinstance(reply, redis.exceptions.NoScriptError):  # the server lost its scripts: it ran nothing
+        if run.lost(reply):  # the server lost its scripts: it ran nothing
             reply = run(keys=keys, args=args)
         elif isinstance(reply, Exception):
             raise reply
@@ -352,11 +351,11 @@ class Store(Handoffs, Heartbeats):
         run = script(self.redis, "transition")
         with self.redis.pipeline(transaction=False) as pipe:
             for keys, args in calls:
-                pipe.evalsha(run.sha, len(keys), *keys, *args)
+                run.queue(pipe, keys, args)
             replies = pipe.execute(raise_on_error=False)
         out = []
         for (keys, args), reply in zip(calls, replies, strict=True):
-            if isinstance(reply, redis.exceptions.NoScriptError):  # the server lost its scripts: it ran nothing
+            if run.lost(reply):  # the server lost its scripts: it ran nothing
                 reply = run(keys=keys, args=args)
             elif isinstance(reply, Exception):
                 raise reply

@@ -45,7 +45,8 @@
 -- code "ok", "stale" (an older heartbeat: nothing changed), "bad" (a record that does not decode:
 -- nothing stored) or "conflict" (two agents claim the node id: not stored); restarted 1 when the node
 -- came back with a new boot, or came back after its heartbeat lapsed, while jobs hold reservations on it:
--- the caller has those checked.
+-- the caller has those checked. {'wrongtype', key} when a key the call may write holds another type:
+-- nothing written.
 
 local ttl, maxlen, node_prefix, held_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local boots_prefix, conflict_prefix, remember, clear = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -63,6 +64,13 @@ local REST = '^,"seq":(%d+),"schema_version":1,"received_at":"[^"]*"}$'
 -- the seq of a record in modelplan's layout whose view is the text before k, else nil
 local function seq_after(raw, k)
   return string.match(raw, REST, k)
+end
+
+-- the keys every node's heartbeat may write hold their own type, or none: else nothing is written
+local mistyped = wrong_type({KEYS[1], 'zset', KEYS[2], 'string', KEYS[3], 'list', KEYS[4], 'set', KEYS[5], 'stream',
+                             KEYS[6], 'hash', KEYS[7], 'zset', KEYS[8], 'hash'})
+if mistyped then
+  return {'wrongtype', mistyped}
 end
 
 local now = redis.call('TIME')

@@ -1,0 +1,116 @@
+"""The operator's commands: ``modelplan setup-redis`` (load modelplan's functions, once per version) and
+``modelplan acl ROLE`` (print, or set, the ACL user of a worker, a node's agent, a relay, a client or the
+operator). See ``producer.roles`` for what each role may do, and ``docs/SECURITY.md``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from typing import Any
+
+import redis
+
+from producer import roles
+from worker.keys import Keys
+from worker.scripts import LIBRARY_PREFIX, load_library
+from worker.scripts import text as as_text
+
+
+def setup_redis(r: redis.Redis, keys: Keys, *, prune: bool = False) -> dict[str, Any]:
+    """Load this version's functions library; move an older version's index of nodes with holds to its
+    current key; with ``prune``, delete every other version's library. What was done."""
+    name = load_library(r)
+    done: dict[str, Any] = {"library": name, "pruned": []}
+    old = f"{keys.prefix}:held:nodes"
+    # an older version kept the index of nodes with holds there, where a node named nodes kept its holds
+    if as_text(r.type(old)) == "set":
+        with r.pipeline(transaction=True) as pipe:
+            pipe.sunionstore(keys.held_nodes, [keys.held_nodes, old])
+            pipe.delete(old)
+            pipe.execute()
+        done["moved"] = f"{old} -> {keys.held_nodes}"
+    if prune:
+        for lib in r.function_list():
+            fields = dict(zip(lib[::2], lib[1::2], strict=True)) if isinstance(lib, list) else lib
+            other = as_text(fields.get(b"library_name", fields.get("library_name", "")))
+            if other.startswith(LIBRARY_PREFIX) and other != name:
+                r.function_delete(other)
+                done["pruned"].append(other)
+    return done
+
+
+def rule_for(keys: Keys, args: argparse.Namespace, password: str) -> str:
+    role, name = args.role, args.name or ""
+    needs_name = role in ("agent", "relay", "client")
+    if needs_name and not name:
+        raise ValueError(f"modelplan acl {role} needs the {'node id' if role == 'agent' else role + ' name'}")
+    if not needs_name and name:
+        raise ValueError(f"modelplan acl {role} takes no name (given {name!r})")
+    rq = args.rq_prefix or os.environ.get("RQ_KEY_PREFIX", "")
+    if role == "worker":
+        return roles.worker_rule(keys, password, rq)
+    if role == "operator":
+        return roles.operator_rule(keys, password, rq)
+    if role == "agent":
+        return roles.agent_rule(keys, name, password)
+    if role == "relay":
+        if not args.nodes:
+            raise ValueError("modelplan acl relay needs --nodes (a node id, or an id's beginning and *)")
+        return roles.relay_rule(keys, name, args.nodes, password)
+    return roles.client_rule(keys, name, password)
+
+
+def apply_rule(r: redis.Redis, rule: str) -> None:
+    """Set the user a rule line describes on the server (``ACL SETUSER``): from the operator's login."""
+    words = shlex.split(rule)
+    r.execute_command("ACL", "SETUSER", words[1], "reset", *words[2:])  # type: ignore[no-untyped-call]
+
+
+def add_arguments(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "setup-redis", parents=parents, help="operator: load modelplan's functions on the server (once per version)"
+    )
+    p.add_argument("--prune", action="store_true", help="also delete older versions' function libraries")
+    p.set_defaults(func=cmd_setup_redis)
+
+    p = sub.add_parser("acl", parents=parents, help="operator: the ACL user of a role (printed, or set with --apply)")
+    p.add_argument("role", choices=roles.ROLES)
+    p.add_argument("name", nargs="?", help="agent: the node id; relay: its name; client: the client id")
+    p.add_argument("--nodes", help="relay: the nodes it speaks for: a node id, or an id's beginning and *")
+    p.add_argument("--password", help="the user's password (default: a new random one, in the printed rule)")
+    p.add_argument("--rq-prefix", help="worker, operator: RQ_KEY_PREFIX of the workers (default {prefix}:rq)")
+    p.add_argument("--apply", action="store_true", help="set the user on the server now (ACL SETUSER)")
+    p.set_defaults(func=cmd_acl)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from producer.client import Client
+
+    return Client.from_url(args.redis_url, args.prefix)
+
+
+def cmd_setup_redis(args: argparse.Namespace) -> int:
+    client = _client(args)
+    done = client._call(lambda: setup_redis(client.redis, client.keys, prune=args.prune))
+    print(f"functions library {done['library']} loaded", file=sys.stderr)
+    for line in [done.get("moved")] + [f"deleted {lib}" for lib in done["pruned"]]:
+        if line:
+            print(line, file=sys.stderr)
+    return 0
+
+
+def cmd_acl(args: argparse.Namespace) -> int:
+    keys = Keys(args.prefix) if args.prefix else Keys()
+    try:
+        rule = rule_for(keys, args, args.password or roles.new_password())
+    except ValueError as e:
+        print(f"modelplan acl: {e}", file=sys.stderr)
+        return 2
+    print(rule)
+    if args.apply:
+        client = _client(args)
+        client._call(lambda: apply_rule(client.redis, rule))
+        print(f"user {shlex.split(rule)[1]} set on the server", file=sys.stderr)
+    return 0

@@ -1,0 +1,137 @@
+"""Who may do what in Redis: the ACL rule of each role, built from the keys it needs and no more.
+
+=========  =====================================================================================
+role       what its login may do
+=========  =====================================================================================
+operator   load modelplan's functions, set ACL users, register clients; every key of the prefix
+worker     every key of the prefix (and RQ's), FCALL of modelplan's functions; no EVAL, no SCRIPT
+agent      one node: its record, its boots and conflict, read its holds and the job records; the
+           shared hints a heartbeat writes (``nodes``, ``epoch``, ``wake:*``, ``pool:changes``,
+           ``conflicts``, ``stats``); FCALL; no EVAL, no SCRIPT
+relay      as an agent, for every node whose id matches its pattern (``rack7-*``)
+client     append to its own request stream, read its replies, read job records; nothing else
+=========  =====================================================================================
+
+An agent's heartbeat is written by the heartbeat function, which Redis runs with the caller's rights: the
+key patterns of the agent's own node are what stop it from writing another node's record, even through
+the function. The shared hints it must write are only ever reasons for a worker to look again (see
+``docs/THREAT-MODEL.md``). Pure: nothing here talks to Redis.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+from worker.keys import ID_PATTERN, Keys, check_id
+
+ROLES = ("operator", "worker", "agent", "relay", "client")
+
+SCRIPTING = ("fcall",)
+"""How every role but the operator runs modelplan's Lua: the functions the operator loaded, never a
+script of its own (``EVAL``, ``SCRIPT LOAD``) that could hold the server for every tenant."""
+
+WORKER_COMMANDS = (
+    "ping", "info", "client|setname", "client|info", "multi", "exec", "discard", "watch", "unwatch",
+    "get", "set", "mget", "del", "exists", "expire", "persist", "incr", "incrby", "type", "pttl", "time",
+    "hget", "hset", "hdel", "hgetall", "hmget", "hlen", "hexists", "hincrby", "hincrbyfloat",
+    "lpush", "rpush", "lpop", "lrange", "lrem", "llen", "lpos", "lmove", "blmove", "blpop",
+    "sadd", "srem", "smembers", "scard", "sismember",
+    "zadd", "zrem", "zcard", "zscore", "zrange", "zrangebyscore", "zremrangebyscore", "zremrangebyrank",
+    "xadd", "xlen", "xread", "xrevrange", "xrange", "xreadgroup", "xack", "xdel", "xpending", "xclaim",
+    "xgroup|create", "xgroup|delconsumer", "xinfo|stream",
+    "rename", "subscribe", "unsubscribe", "publish", "wait",
+)  # fmt: skip
+"""What a worker sends, itself, through RQ, and inside the functions it calls (which Redis checks against
+the caller's rules too)."""
+
+AGENT_COMMANDS = (
+    "ping", "client|setname", "get", "mget", "set", "del", "exists", "time", "hgetall", "hget", "hlen",
+    "hexists", "hincrby", "zadd", "xadd", "incr", "sadd", "rpush", "type",
+)  # fmt: skip
+"""What an agent's heartbeat function runs (as the agent), and what the agent reads: its node's holds and
+the records of the jobs placed there."""
+
+CLIENT_COMMANDS = ("ping", "get", "xadd", "xread", "xrange", "xrevrange")
+"""What a client's user runs: XADD its entries, XREAD and XREVRANGE its replies, GET a job's record and
+XREAD, XRANGE or XREVRANGE its stream (``Client.get``, ``Client.watch``), PING (a connection's health
+check)."""
+
+OPERATOR_EXTRA = ("function|load", "function|delete", "function|list", "acl|setuser", "acl|log", "acl|list")
+
+NODE_PATTERN = re.compile(ID_PATTERN.pattern.removesuffix("}") + r"}\*?|\*")
+"""A relay's nodes: an id, an id's beginning followed by ``*``, or ``*`` alone (every node)."""
+
+
+def user_name(keys: Keys, role: str, name: str = "") -> str:
+    """The ACL user a role logs in as: the prefix, the role and its node, relay or client, so that no id
+    names another deployment's user or another role's."""
+    if role not in ROLES:
+        raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
+    return f"{keys.prefix}.{role}" + (f".{name}" if name else "")
+
+
+def new_password() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def _rule(user: str, password: str, commands: tuple[str, ...], patterns: list[str], channels: str = "") -> str:
+    allowed = " ".join(f"+{c}" for c in commands)
+    return f"user {user} on >{password} resetchannels {channels}resetkeys -@all {allowed} {' '.join(patterns)}"
+
+
+def worker_rule(keys: Keys, password: str, rq_prefix: str = "") -> str:
+    """A worker's login: every key of the prefix, RQ's keys under ``rq_prefix`` (``RQ_KEY_PREFIX``,
+    ``{prefix}:rq`` by default, which the prefix's pattern covers) and its command channels."""
+    rq = rq_prefix or f"{keys.prefix}:rq"
+    patterns = [f"~{keys.prefix}:*"] + ([] if rq.startswith(keys.prefix + ":") else [f"~{rq}:*"])
+    user = user_name(keys, "worker")
+    return _rule(user, password, WORKER_COMMANDS + SCRIPTING, patterns, f"&{rq}:pubsub:* ")
+
+
+def _node_patterns(keys: Keys, nodes: str) -> list[str]:
+    p = keys.prefix
+    return [
+        f"~{p}:node:{nodes}",
+        f"~{p}:boots:{nodes}",
+        f"~{p}:conflict:{nodes}",
+        f"%R~{p}:held:{nodes}",
+        f"%R~{p}:job:*",
+        f"~{p}:pending:classes",
+        f"~{p}:nodes",
+        f"~{p}:epoch",
+        f"~{p}:wake:signal",
+        f"~{p}:wake:classes",
+        f"~{p}:pool:changes",
+        f"~{p}:conflicts",
+        f"~{p}:stats",
+    ]
+
+
+def agent_rule(keys: Keys, node_id: str, password: str) -> str:
+    """One node's agent: that node's keys alone, the shared hints, and reading what runs there."""
+    check_id(node_id, "node_id")
+    user = user_name(keys, "agent", node_id)
+    return _rule(user, password, AGENT_COMMANDS + SCRIPTING, _node_patterns(keys, node_id))
+
+
+def relay_rule(keys: Keys, name: str, nodes: str, password: str) -> str:
+    """A relay, forwarding the heartbeats of every node whose id matches ``nodes`` (``rack7-*``)."""
+    check_id(name, "relay name")
+    if not NODE_PATTERN.fullmatch(nodes):
+        raise ValueError(f"nodes {nodes!r}: give a node id, an id's beginning and *, or *")
+    user = user_name(keys, "relay", name)
+    return _rule(user, password, AGENT_COMMANDS + SCRIPTING, _node_patterns(keys, nodes))
+
+
+def client_rule(keys: Keys, client_id: str, password: str) -> str:
+    """A client's login: of modelplan's keys it may write only its own ``client:{id}:*`` (its request
+    stream, and its replies, which it reads), and read job records and their streams."""
+    user = user_name(keys, "client", client_id)
+    return _rule(user, password, CLIENT_COMMANDS, [f"~{keys.client_pattern(client_id)}", f"%R~{keys.job_pattern}"])
+
+
+def operator_rule(keys: Keys, password: str, rq_prefix: str = "") -> str:
+    """The operator's login: a worker's rights, and loading functions and setting ACL users."""
+    rule = worker_rule(keys, password, rq_prefix).replace(user_name(keys, "worker"), user_name(keys, "operator"), 1)
+    return rule + " " + " ".join(f"+{c}" for c in (*OPERATOR_EXTRA, "srem", "sadd"))
