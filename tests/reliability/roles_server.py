@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -33,17 +34,18 @@ class Roles:
     def url(self, role: str, name: str = "") -> str:
         return f"redis://{self.users[role, name]}:{PASSWORD}@127.0.0.1:{self.port}/0"
 
-    def client(self, role: str, name: str = "", **kw: str) -> Client:
-        return Client.from_url(self.url(role, name), **kw)
+    def client(self, role: str, name: str = "", client_id: str | None = None) -> Client:
+        return Client.from_url(self.url(role, name), client_id=client_id)
 
     def admin(self) -> redis.Redis:
         return admin_client(self.port)
 
-    def refusals(self) -> list[dict[str, object]]:
+    def refusals(self) -> list[dict[str, Any]]:
         """The server's ACL LOG, newest first: every command a login was refused."""
         admin = self.admin()
         try:
-            return list(admin.acl_log())
+            entries: list[dict[str, Any]] = admin.acl_log()
+            return entries
         finally:
             admin.close()
 

@@ -148,11 +148,12 @@ def test_a_mistyped_wake_signal_stalls_no_wake_up(cluster: Roles) -> None:
 def test_no_role_runs_lua_of_its_own(cluster: Roles) -> None:
     for role, name in (("worker", ""), ("agent", "n1"), ("client", "svc-a"), ("operator", "")):
         r = cluster.client(role, name).redis
-        for command in (
+        commands: list[tuple[str, ...]] = [
             ("EVAL", "while true do end", "0"),
             ("SCRIPT", "LOAD", "return 1"),
             ("FUNCTION", "LOAD", "#!lua name=mine\nredis.register_function('spin', function() while true do end end)"),
-        ):
+        ]
+        for command in commands:
             if role == "operator" and command[0] == "FUNCTION":
                 continue  # the operator loads modelplan's library, and is trusted with the server
             with pytest.raises(redis.exceptions.NoPermissionError):
@@ -166,7 +167,8 @@ def test_a_client_acts_on_its_own_jobs_only(cluster: Roles) -> None:
     b = cluster.client("client", "svc-b", client_id="svc-b")
     job = a.submit(request(), job_id="a-1")
     before = placed(a, job)
-    for act in (lambda: b.release(job), lambda: b.cancel(job), lambda: b.scale(job, 256)):
+    acts: list[Callable[[], JobRecord]] = [lambda: b.release(job), lambda: b.cancel(job), lambda: b.scale(job, 256)]
+    for act in acts:
         with pytest.raises(NotOwner):
             act()
     with pytest.raises(OverQuota):
