@@ -1,7 +1,7 @@
 """What the server's ACL refused modelplan's logins: an agent writing another node's record, a client
 appending to another client's stream. Redis keeps these in ``ACL LOG`` (the last 128 by default, each with
-a count); only a login allowed ``ACL LOG`` (the operator's) reads them, and for any other this says
-nothing rather than fail."""
+a count). Only the operator's login (``{prefix}.operator``) or one with no user name (the ``default``
+user) asks for them: any other would be refused, and its refusal would itself go into the log."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ class Refusal:
 def refusals(r: redis.Redis, keys: Keys) -> list[Refusal] | None:
     """The ACL LOG's entries of users under ``keys``' prefix, most frequent first; None when this login may
     not read the log."""
+    user = r.connection_pool.connection_kwargs.get("username")
+    if user not in (None, "", "default", f"{keys.prefix}.operator"):
+        return None
     try:
         entries: Any = r.acl_log()
     except (redis.exceptions.NoPermissionError, redis.exceptions.ResponseError):

@@ -57,7 +57,11 @@ CLIENT_COMMANDS = ("ping", "get", "xadd", "xread", "xrange", "xrevrange")
 XREAD, XRANGE or XREVRANGE its stream (``Client.get``, ``Client.watch``), PING (a connection's health
 check)."""
 
-OPERATOR_EXTRA = ("function|load", "function|delete", "function|list", "acl|setuser", "acl|log", "acl|list")
+OPERATOR_EXTRA = (
+    "function|load", "function|delete", "function|list", "sunionstore", "acl|setuser", "acl|log", "acl|list",
+)  # fmt: skip
+"""What the operator runs beyond a worker: ``modelplan setup-redis`` (load the library, move an older
+version's index) and ``modelplan acl --apply``, and reading what the ACL refused (``modelplan status``)."""
 
 NODE_PATTERN = re.compile(ID_PATTERN.pattern.removesuffix("}") + r"}\*?|\*")
 """A relay's nodes: an id, an id's beginning followed by ``*``, or ``*`` alone (every node)."""
@@ -134,4 +138,4 @@ def client_rule(keys: Keys, client_id: str, password: str) -> str:
 def operator_rule(keys: Keys, password: str, rq_prefix: str = "") -> str:
     """The operator's login: a worker's rights, and loading functions and setting ACL users."""
     rule = worker_rule(keys, password, rq_prefix).replace(user_name(keys, "worker"), user_name(keys, "operator"), 1)
-    return rule + " " + " ".join(f"+{c}" for c in (*OPERATOR_EXTRA, "srem", "sadd"))
+    return rule + " " + " ".join(f"+{c}" for c in OPERATOR_EXTRA)

@@ -47,7 +47,7 @@ PRELUDES: dict[str, tuple[str, ...]] = {
     "transition": ("key_types", "pending_counts"),
     "claim": ("key_types", "pending_counts"),
     "heartbeat": ("key_types",),
-    "quarantine_job": ("pending_counts",),
+    "quarantine_job": ("key_types", "pending_counts"),
     "recount_pending": ("pending_counts",),
 }
 """The files put before a script's own text: functions it shares with others (Redis runs each script

@@ -222,7 +222,11 @@ class Store(Handoffs, Heartbeats):
         ]
         for n, hid in holds:
             args += [n, hid]
-        code, _ = script(self.redis, "quarantine_job")(keys=keys, args=args)
+        run = script(self.redis, "quarantine_job")
+        code, detail = run(keys=keys, args=args)
+        if text(code) == "wrongtype":
+            self.repair(text(detail))
+            code, detail = run(keys=keys, args=args)
         if text(code) != "ok":
             return False
         quarantine.logged(self.keys, bad, "marked failed")
@@ -265,6 +269,10 @@ class Store(Handoffs, Heartbeats):
         keys, args = calls_.claim_call(k, job_id, worker, utcnow())
         code, raw = self._script_and_pool("claim", keys, args)
         code = text(code)
+        if code == "wrongtype":
+            self.repair(text(raw))
+            code, raw = script(self.redis, "claim")(keys=keys, args=args)
+            code = text(code)
         if code == "gone":
             return None
         return code == "planning", read_job(raw, k.job(job_id))

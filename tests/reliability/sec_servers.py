@@ -17,39 +17,34 @@ from typing import Any
 import pytest
 import redis
 
-from producer import Client
+from producer import Client, roles
+from producer.operator import setup_redis
 from tests.redis_server import free_port
 from tests.worker.helpers import hb, request
 from worker import runner
+from worker.keys import Keys
 from worker.records import JobRecord, JobState
 from worker.scripts import text
 
 ADMIN_PASSWORD = "admin-Zx9-only-for-tests"
 """The test's own admin user, for reading ACL LOG and the whole state beside the user under test."""
 
-ACL_COMMANDS = (
-    "-@all +@transaction +ping +info +client|setname +client|info "
-    "+evalsha +script|load +script|exists +get +set +mget +del +exists +expire +persist +incr +incrby +type "
-    "+hget +hset +hdel +hgetall +hmget +hlen +hexists +hincrby +hincrbyfloat "
-    "+lpush +rpush +lpop +lrange +lrem +llen +lpos +lmove +blmove +blpop "
-    "+sadd +srem +smembers +scard +sismember +zadd +zrem +zcard +zscore +zrange +zrangebyscore +zremrangebyscore "
-    "+zremrangebyrank +xadd +xlen +xread +xrevrange +xreadgroup +xack +xdel +xpending +xclaim +xgroup|create "
-    "+xgroup|delconsumer +rename +subscribe +unsubscribe +publish +wait +xrange +xinfo|stream +pttl +time"
-)
-"""The commands modelplan, its Lua scripts (run as the calling user) and RQ send (the stream commands
-after XREVRANGE are the workers' reading of the request stream). INFO lets RQ read the
-server version (without it RQ assumes 5.0.9 and takes older paths); CLIENT SETNAME/INFO name the worker."""
+
+def _body(rule: str) -> str:
+    """A rule line without its ``user NAME on >PASSWORD``: what a user of any name is given."""
+    return rule.split(" ", 4)[4]
 
 
 def tenant_acl(prefix: str) -> str:
-    """The README's rules for one prefix: its keys and, for a worker run with ``RQ_KEY_PREFIX={prefix}:rq``,
-    RQ's command channels under it. Clients, agents and workers of the prefix alike."""
-    return f"resetchannels ~{prefix}:* &{prefix}:rq:pubsub:* {ACL_COMMANDS}"
+    """The worker role's rules for one prefix (``modelplan acl worker``), with RQ's bookkeeping under
+    ``{prefix}:rq`` as Security says to run the workers. A worker is trusted with every key of its prefix;
+    these tests run the clients' and agents' parts under it too."""
+    return _body(roles.worker_rule(Keys(prefix), "x"))
 
 
-MODELPLAN_ACL = f"resetchannels ~modelplan:* ~rq:* &rq:pubsub:* {ACL_COMMANDS}"
-"""The README's rules for a worker left with RQ's own ``rq`` prefix for its bookkeeping (as the in-process
-workers of these tests are): the prefix's keys, RQ's ``rq:*`` keys and command channels."""
+MODELPLAN_ACL = _body(roles.worker_rule(Keys(), "x", "rq"))
+"""The worker role's rules for a worker left with RQ's own ``rq`` prefix for its bookkeeping (as the
+in-process workers of these tests are): the prefix's keys, RQ's ``rq:*`` keys and command channels."""
 
 
 def _wait(proc: subprocess.Popen[bytes], ready: Callable[[], object], log: Path, what: str) -> None:
@@ -110,6 +105,7 @@ def acl_server(
     admin = admin_client(port)
     try:
         with _process(args, folder, _ping(admin), "redis-acl"):
+            setup_redis(admin, Keys())  # the operator's part: modelplan's functions, loaded once
             yield port
     finally:
         admin.close()

@@ -1,7 +1,8 @@
 """The planning queue runs only modelplan's job functions, and a tenant's login reaches no other tenant.
 
-Attacks are made as a real Redis ACL user holding the README's rules, against a ``modelplan worker``
-process holding the same rules with ``RQ_KEY_PREFIX`` set as the README says: RQ's own ``enqueue`` of
+Attacks are made as a real Redis ACL user holding the worker role's rules (docs/SECURITY.md), against a
+``modelplan worker`` process holding the same rules with ``RQ_KEY_PREFIX`` set as Security says: RQ's
+own ``enqueue`` of
 ``os.system``, ``subprocess.call`` and ``builtins.eval``, the same jobs written with raw Redis commands
 (no RQ at all), forged arguments and callbacks. A marker file would show any code run.
 """
@@ -19,9 +20,9 @@ import pytest
 import redis
 from rq.serializers import JSONSerializer
 
-from producer import Client
-from tests.reliability.sec_servers import MODELPLAN_ACL, admin_client, dump, tenant_acl
+from producer import Client, roles
 from tests.reliability.sec_servers import acl_server as _acl_server
+from tests.reliability.sec_servers import admin_client, dump, tenant_acl
 from tests.worker.helpers import hb, request
 from worker.keys import Keys
 from worker.queueing import queue_class
@@ -36,7 +37,7 @@ def url_for(port: int, user: str) -> str:
 
 
 def run_worker(url: str, prefix: str) -> str:
-    """``modelplan worker --burst`` for ``prefix`` in its own process, as the README deploys it; its output."""
+    """``modelplan worker --burst`` for ``prefix`` in its own process, as Security deploys it; its output."""
     env = {**os.environ, "RQ_KEY_PREFIX": f"{prefix}:rq", "MODELPLAN_PREFIX": prefix}
     done = subprocess.run(
         [sys.executable, "-m", "producer.cli", "worker", "--burst", "--redis-url", url],
@@ -53,7 +54,7 @@ def run_worker(url: str, prefix: str) -> str:
 @pytest.fixture
 def tenants() -> Iterator[int]:
     """A server with two tenants' users, ``a`` (prefix ``tenantA``) and ``b`` (``tenantB``), and ``modelplan``
-    for the default prefix, each holding only the README's rules for its prefix."""
+    for the default prefix, each holding only the worker role's rules for its prefix."""
     users = {"a": tenant_acl("tenantA"), "b": tenant_acl("tenantB")}
     with _acl_server(tenant_acl("modelplan"), PASSWORD, users) as port:
         yield port
@@ -111,7 +112,7 @@ def test_only_modelplans_jobs_run_under_the_readme_acl_user(tenants: int, tmp_pa
     assert sorted(e["rq_job_id"] for e in refused) == sorted(ids)  # each logged once, by id
     assert {e["func"] for e in refused} >= {"os.system", "subprocess.call", "builtins.eval"}
     admin = admin_client(tenants)
-    assert admin.acl_log() == []  # the worker needed nothing past the README's rules
+    assert admin.acl_log() == []  # the worker needed nothing past its role's rules
     left = dump(admin, "modelplan:rq:*")
     assert [k for k in left if k.startswith("modelplan:rq:job:")] == []  # refused jobs leave nothing
     assert admin.llen(client.keys.rq_queue) == 0
@@ -120,7 +121,7 @@ def test_only_modelplans_jobs_run_under_the_readme_acl_user(tenants: int, tmp_pa
 
 
 def test_the_readme_acl_user_cannot_reach_rqs_shared_keys(tenants: int) -> None:
-    """The old way in (RQ's default ``rq:queue:{name}``) is outside the README's rules."""
+    """The old way in (RQ's default ``rq:queue:{name}``) is outside the role's rules."""
     r = redis.Redis.from_url(url_for(tenants, "modelplan"))
     with pytest.raises(redis.exceptions.NoPermissionError):
         r.rpush("rq:queue:modelplan", "evil")
@@ -176,9 +177,17 @@ def test_a_tenant_cannot_make_another_tenants_worker_do_anything(tenants: int, t
     admin.close()
 
 
-def test_the_readme_gives_the_rules_these_tests_hold() -> None:
-    """The ACL users above hold exactly the README's rules."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = [" ".join(b.split("```")[0].split()) for b in text.split("```\nuser ")[1:]]
-    rules = {b.split(" ", 1)[0]: b.split(" ", 3)[3] for b in blocks}
-    assert rules == {"modelplan": MODELPLAN_ACL, "tenantA": tenant_acl("tenantA")}
+def test_the_documentation_gives_the_rules_modelplan_acl_prints() -> None:
+    """docs/SECURITY.md gives each role's rule as ``modelplan acl`` prints it, and the tenants above hold
+    the worker's."""
+    text = " ".join((ROOT / "docs" / "SECURITY.md").read_text(encoding="utf-8").split())
+    k = Keys()
+    for rule in (
+        roles.operator_rule(k, "PASSWORD"),
+        roles.worker_rule(k, "PASSWORD"),
+        roles.agent_rule(k, "n1", "PASSWORD"),
+        roles.relay_rule(k, "rack7", "rack7-*", "PASSWORD"),
+        roles.client_rule(k, "svc-a", "PASSWORD"),
+    ):
+        assert rule in text, f"docs/SECURITY.md lacks: {rule[:60]}..."
+    assert tenant_acl("tenantA") == roles.worker_rule(Keys("tenantA"), "x").split(" ", 4)[4]

@@ -109,3 +109,14 @@ def test_a_mistyped_index_makes_the_commit_write_nothing(client: Client) -> None
     assert client.redis.get(client.keys.held_nodes) == b"x"
     assert client.get(job) == rec
     assert client.redis.xlen(client.keys.job_events(job)) == 1
+
+
+def test_a_claim_that_meets_a_mistyped_index_writes_nothing(client: Client) -> None:
+    job = client.submit(request())
+    before = client.get(job)
+    client.redis.set(client.keys.jobs(JobState.PLANNING), "x")
+    with pytest.raises(WrongType, match="jobs:planning holds another type"):
+        client.store.claim_and_pool(job, "w1")
+    assert client.get(job) == before
+    assert client.redis.zrange(client.keys.jobs(JobState.QUEUED), 0, -1) == [job.encode()]
+    assert client.redis.xlen(client.keys.job_events(job)) == 1

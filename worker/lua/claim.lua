@@ -15,7 +15,8 @@
 -- ARGV[3]  worker, JSON               ARGV[8]  reason, for the streams
 -- ARGV[4]  lease_until, JSON
 --
--- Returns {"planning", record as now stored}, {"as_is", record as stored}, or {"gone", ""}.
+-- Returns {"planning", record as now stored}, {"as_is", record as stored}, {"gone", ""}, or
+-- {"wrongtype", key} for a key it would write that holds another type (nothing written).
 
 local job_id = ARGV[1]
 local raw = redis.call('GET', KEYS[1])
@@ -35,6 +36,13 @@ version = tostring(tonumber(version) + 1)
 local record = '{"schema_version":1,"job_id":"' .. job_id .. '","state":"planning","version":' .. version
   .. ',"updated_at":' .. ARGV[2] .. ',"worker":' .. ARGV[3] .. ',"lease_until":' .. ARGV[4] .. ','
   .. string.sub(raw, head_end + 1)
+
+-- every key this call writes holds its own type, or none: else nothing is written
+local mistyped = wrong_type({KEYS[2], 'stream', KEYS[3], 'stream', KEYS[4], 'zset', KEYS[5], 'zset', KEYS[6], 'zset',
+                             KEYS[7], 'hash', KEYS[8], 'hash'})
+if mistyped then
+  return {'wrongtype', mistyped}
+end
 
 redis.call('SET', KEYS[1], record)
 redis.call('ZREM', KEYS[4], job_id)

@@ -14,11 +14,28 @@
 -- ARGV[3] reason               ARGV[7] job events MAXLEN            ARGV[11..] n x (node id, hold id)
 -- ARGV[4] now, ms              ARGV[8] quarantine entry, JSON
 --
--- Returns {code, wake}: "ok", or "changed" (the record is no longer what was read: nothing written);
--- wake 1 when it signalled a wake-up pass.
+-- Returns {code, wake}: "ok", "changed" (the record is no longer what was read: nothing written), or
+-- "wrongtype" (wake: a key it would write that holds another type; nothing written); wake 1 when it
+-- signalled a wake-up pass.
 local job_id = ARGV[1]
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   return {'changed', 0}
+end
+-- every key this call may write holds its own type, or none: else nothing is written
+local spec = {KEYS[2], 'stream', KEYS[3], 'stream', KEYS[11], 'zset', KEYS[12], 'hash', KEYS[13], 'string',
+              KEYS[14], 'list', KEYS[15], 'set', KEYS[16], 'set', KEYS[17], 'hash', KEYS[18], 'stream',
+              KEYS[19], 'hash'}
+for i = 4, 10 do
+  spec[#spec + 1] = KEYS[i]
+  spec[#spec + 1] = 'zset'
+end
+for j = 20, #KEYS do
+  spec[#spec + 1] = KEYS[j]
+  spec[#spec + 1] = 'hash'
+end
+local mistyped = wrong_type(spec)
+if mistyped then
+  return {'wrongtype', mistyped}
 end
 for i = 5, 10 do
   redis.call('ZREM', KEYS[i], job_id)
