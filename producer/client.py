@@ -355,10 +355,9 @@ class Client:
 
     def _put(self, beats: Sequence[Stored]) -> list[Beat]:
         def put() -> list[Beat]:
+            # a node back with a new boot while holding reservations is left in restarts by the heartbeat
+            # function itself, with a wake-up signal: a worker's waker has it checked, whoever sent it
             replies = self.store.beat_stored([(node_id, raw) for node_id, _, raw in beats])
-            for (node_id, boot_id, _), reply in zip(beats, replies, strict=True):
-                if reply.restarted:
-                    self.store.enqueue_restart(node_id, boot_id)
             return [reply.beat for reply in replies]
 
         return self._call(put)

@@ -22,9 +22,9 @@ metric                                     type       what
 ``modelplan_node_conflicts``               gauge      node ids two agents publish under (each out of
                                                       the pool while it lasts)
 ``modelplan_conflict_heartbeats_total``    counter    heartbeats refused for such a conflict
-``modelplan_acl_refusals{user}``           gauge      commands the server's ACL refused each of
-                                                      modelplan's logins (read from ACL LOG, where
-                                                      the exporter's login may)
+``modelplan_acl_refusals``                 gauge      commands the server's ACL refused modelplan's
+                                                      logins (ACL LOG, where the exporter's login may
+                                                      read it; ``modelplan status`` says whose)
 ``modelplan_plan_seconds``                 histogram  one planning job, claim to commit
 ``modelplan_commit_seconds``               histogram  one commit (``transition.lua``)
 ``modelplan_commit_conflicts_total``       counter    commits that found their cards taken
@@ -129,13 +129,11 @@ class PoolCollector(Collector):
         conflicted = len(c.conflicts())
         yield GaugeMetricFamily(f"{NAMESPACE}_node_conflicts", "Node ids two agents publish under", value=conflicted)
         refused = refusals(c.redis, k)
-        if refused is not None:  # only a login that may read the server's ACL LOG sees them
-            by_user = GaugeMetricFamily(
-                f"{NAMESPACE}_acl_refusals", "Commands the server's ACL refused a login (ACL LOG)", labels=["user"]
+        if refused is not None:  # only a login that may read the server's ACL LOG sees them; status says whose
+            total = sum(f.count for f in refused)
+            yield GaugeMetricFamily(
+                f"{NAMESPACE}_acl_refusals", "Commands the server's ACL refused modelplan's logins", value=total
             )
-            for user in sorted({f.user for f in refused}):
-                by_user.add_metric([user], sum(f.count for f in refused if f.user == user))
-            yield by_user
         yield from _stats(c.redis.hgetall(k.stats))
 
 

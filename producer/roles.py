@@ -36,7 +36,7 @@ WORKER_COMMANDS = (
     "get", "set", "mget", "del", "exists", "expire", "persist", "incr", "incrby", "type", "pttl", "time",
     "hget", "hset", "hdel", "hgetall", "hmget", "hlen", "hexists", "hincrby", "hincrbyfloat",
     "lpush", "rpush", "lpop", "lrange", "lrem", "llen", "lpos", "lmove", "blmove", "blpop",
-    "sadd", "srem", "smembers", "scard", "sismember",
+    "sadd", "srem", "spop", "smembers", "scard", "sismember",
     "zadd", "zrem", "zcard", "zscore", "zrange", "zrangebyscore", "zremrangebyscore", "zremrangebyrank",
     "xadd", "xlen", "xread", "xrevrange", "xrange", "xreadgroup", "xack", "xdel", "xpending", "xclaim",
     "xgroup|create", "xgroup|delconsumer", "xinfo|stream",
@@ -108,6 +108,7 @@ def _node_patterns(keys: Keys, nodes: str) -> list[str]:
         f"~{p}:wake:classes",
         f"~{p}:pool:changes",
         f"~{p}:conflicts",
+        f"~{p}:restarts",
         f"~{p}:stats",
     ]
 

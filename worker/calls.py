@@ -26,7 +26,7 @@ def heartbeat_call(k: Keys, beats: Sequence[tuple[str, str]]) -> Call:
     """``heartbeat.lua`` storing ``beats``, each a node's id and its stored record's JSON
     (``records.stored_json``): the script reads the rest from the record where it needs it."""
     keys = [k.nodes, k.epoch, k.wake_signal, k.wake_classes, k.pool_changes, k.pending_classes]
-    keys += [k.conflicts, k.stats]
+    keys += [k.conflicts, k.stats, k.restarts]
     args: list[Any] = [C.NODE_TTL_MS, C.POOL_CHANGES_MAXLEN, k.node_prefix, k.held_prefix]
     args += [k.boots_prefix, k.conflict_prefix, C.BOOT_DISPLACED_MS, C.CONFLICT_CLEAR_MS, CONFLICT_HEARTBEATS]
     for node_id, raw in beats:

@@ -213,3 +213,7 @@ RQ_HEARTBEAT_EVERY_S = 1.0
 """How often, at most, a worker renews its own registration with RQ (its hash's ``last_heartbeat``
 and the TTL of its keys, ``worker_ttl`` + 60 s, minutes). RQ renews it three times a job, each three
 commands sent one by one; a busy worker sends one such pipeline a second instead."""
+
+RESTARTS_TAKEN = 1000
+"""Restart notices a waker takes at once (``restarts``): a rack's worth, each one RQ task; the rest wait for
+the next pass."""

@@ -11,7 +11,7 @@ from rq import Queue
 
 from worker import constants as C
 from worker import logs
-from worker.keys import Keys, planning_job_id
+from worker.keys import ID_PATTERN, Keys, planning_job_id
 from worker.scripts import script
 
 log = logs.get_logger("modelplan.worker")
@@ -81,3 +81,24 @@ class Handoffs:
 
     def enqueue_restart(self, node_id: str, boot_id: str) -> None:
         self._enqueue("node_restarted", node_id, boot_id, at_front=True)
+
+    def take_restarts(self) -> int:
+        """Queue a ``node_restarted`` task for each node ``restarts`` holds (the heartbeat function puts
+        there a node back with a new boot while holding reservations), with the boot its record reports now:
+        a notice only makes the task look, and the task acts only on what the node's record says. How many
+        were queued."""
+        k = self.keys
+        taken = self.redis.spop(k.restarts, C.RESTARTS_TAKEN)
+        done = 0
+        for raw in taken or []:
+            node_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+            if not ID_PATTERN.fullmatch(node_id):
+                continue
+            boot = self.node_boot(node_id)
+            if boot is not None:
+                self.enqueue_restart(node_id, boot)
+                done += 1
+        return done
+
+    def node_boot(self, node_id: str) -> str | None:
+        raise NotImplementedError

@@ -67,6 +67,9 @@ def keep_warm(connection: redis.Redis, prefix: str) -> None:
 def run_pass(store: Store, worker: str, full: bool = False) -> int:
     """A wake-up pass on ``store``, with its lock held: from an RQ job, or from the waker."""
     with store.lock, structlog.contextvars.bound_contextvars(worker=worker):
+        # a node restarted signals a pass: its notice is taken first, so that its jobs are checked whoever
+        # sent the heartbeat
+        store.take_restarts()
         return waking.wake_pass(store, full)
 
 

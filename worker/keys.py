@@ -24,6 +24,10 @@ key (after the prefix)                  type    TTL                   written by
 ``conflicts``                           zset    none                  heartbeat.lua (node id, when its
                                                                       conflict clears: ms, the server's
                                                                       clock); the sweep drops the cleared
+``restarts``                            set     none                  heartbeat.lua: nodes back with a new
+                                                                      boot (or after a lapse) holding
+                                                                      reservations; a worker's waker takes
+                                                                      them and has each checked
 ``held:{node_id}``                      hash    none                  transition.lua: hold id
                                                                       (``{job}:{replica}:{version}``, or
                                                                       ``{job}:nominated``) -> JSON
@@ -215,7 +219,15 @@ class Keys:
         the change feed, the index of nodes by lapse, the count of pending jobs by class), all of them
         rebuilt by what comes next: one found holding another type is deleted, not obeyed."""
         return frozenset(
-            {self.wake_signal, self.wake_classes, self.epoch, self.pool_changes, self.nodes, self.pending_classes}
+            {
+                self.wake_signal,
+                self.wake_classes,
+                self.epoch,
+                self.pool_changes,
+                self.nodes,
+                self.pending_classes,
+                self.restarts,
+            }
         )
 
     @property
@@ -254,6 +266,12 @@ class Keys:
     @property
     def conflicts(self) -> str:
         return f"{self._p}conflicts"
+
+    @property
+    def restarts(self) -> str:
+        """Nodes back with a new boot (or after a lapse) while holding reservations: a hint, for a worker's
+        waker to have each checked (``node_restarted`` acts only on what the node's record says)."""
+        return f"{self._p}restarts"
 
     def held(self, node_id: str) -> str:
         return f"{self._p}held:{check_id(node_id, 'node_id')}"

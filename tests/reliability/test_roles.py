@@ -193,3 +193,56 @@ def test_the_sweep_runs_under_the_workers_rules(cluster: Roles) -> None:
     done = maintenance.sweep(worker.store, force=True)
     assert "waiting_sweep" in done
     assert cluster.refusals() == []
+
+
+def test_two_agents_under_one_node_id_leave_every_placement_correct(
+    cluster: Roles, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = cluster.client("agent", "n1"), cluster.client("agent", "n1")  # a cloned image
+    assert cluster.client("agent", "n2").heartbeat(hb("n2", gpus=1))
+    assert first.heartbeat(hb("n1", gpus=1, boot="boot-a"))
+    a = cluster.client("client", "svc-a", client_id="svc-a")
+    job = a.submit(request(), job_id="on-n1")
+    placed(a, job)
+    for seq in range(2, 8):
+        first.publish(hb("n1", gpus=1, seq=seq, boot="boot-a"))
+        second.publish(hb("n1", gpus=1, seq=seq, boot="boot-b"))
+    operator = cluster.client("operator")
+    assert [c.node_id for c in operator.conflicts()] == ["n1"]
+    # the node is out of the pool; its job and a new one are on the other node's card or waiting for it
+    assert "n1" not in operator.pool().records
+    after = a.submit(request(), job_id="after")
+    until(lambda: a.get(after).state in (JobState.PLACED, JobState.WAITING))
+    held = {h.split(":", 1)[0] for h in operator.held_on("n2")}
+    assert held <= {job, after} and len(held) == 1
+    assert operator.held_on("n1") == {} or all(h.startswith(job) for h in operator.held_on("n1"))
+    assert main(["status", "--redis-url", cluster.url("operator")]) == 0
+    assert main(["metrics", "--redis-url", cluster.url("operator")]) == 0
+    out = capsys.readouterr().out
+    assert "n1" in out and "conflict" in out
+    assert "modelplan_node_conflicts 1.0" in out
+
+
+def test_an_agent_writing_another_node_is_reported(cluster: Roles, capsys: pytest.CaptureFixture[str]) -> None:
+    n1 = cluster.client("agent", "n1")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        n1.redis.set(K.node("n2"), "{}")
+    assert main(["status", "--redis-url", cluster.url("operator")]) == 0
+    assert main(["metrics", "--redis-url", cluster.url("operator")]) == 0
+    out = capsys.readouterr().out
+    assert "refused by Redis: modelplan.agent.n1 tried a key outside its rules (modelplan:node:n2)" in out
+    assert "modelplan_acl_refusals 1.0" in out
+
+
+def test_an_agent_that_restarts_has_its_jobs_planned_again(cluster: Roles) -> None:
+    n1 = cluster.client("agent", "n1")
+    assert n1.heartbeat(hb("n1", gpus=1, boot="boot-1"))
+    a = cluster.client("client", "svc-a", client_id="svc-a")
+    job = a.submit(request(), job_id="on-n1")
+    before = placed(a, job)
+    # its login queues nothing: the heartbeat function leaves the notice, and a worker has it checked
+    assert n1.heartbeat(hb("n1", gpus=1, boot="boot-2"))
+    after = until(lambda: (r := a.get(job)).version > before.version and r.state is JobState.PLACED and r)
+    assert [p.node_id for p in after.placement] == ["n1"]
+    assert [h.boot_id for h in n1.held_on("n1").values()] == ["boot-2"]
+    assert cluster.refusals() == []

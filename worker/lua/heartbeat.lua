@@ -3,7 +3,7 @@
 -- own last heartbeat alone, in order, exactly as one call each would.
 --
 -- KEYS[1] nodes   KEYS[2] epoch   KEYS[3] wake:signal   KEYS[4] wake:classes   KEYS[5] pool:changes
--- KEYS[6] pending:classes   KEYS[7] conflicts   KEYS[8] stats
+-- KEYS[6] pending:classes   KEYS[7] conflicts   KEYS[8] stats   KEYS[9] restarts
 --
 -- ARGV[1] node TTL, ms   ARGV[2] pool:changes MAXLEN   ARGV[3] what every node:{id} key starts with
 -- ARGV[4] what every held:{id} key starts with   ARGV[5] what every boots:{id} key starts with
@@ -45,7 +45,8 @@
 -- code "ok", "stale" (an older heartbeat: nothing changed), "bad" (a record that does not decode:
 -- nothing stored) or "conflict" (two agents claim the node id: not stored); restarted 1 when the node
 -- came back with a new boot, or came back after its heartbeat lapsed, while jobs hold reservations on it:
--- the caller has those checked. {'wrongtype', key} when a key the call may write holds another type:
+-- the caller has those checked; such a node also goes into restarts, which a worker's waker takes and has
+-- checked, so that a caller that may not queue work (an agent's login) leaves no restart unchecked. {'wrongtype', key} when a key the call may write holds another type:
 -- nothing written.
 
 local ttl, maxlen, node_prefix, held_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -68,7 +69,7 @@ end
 
 -- the keys every node's heartbeat may write hold their own type, or none: else nothing is written
 local mistyped = wrong_type({KEYS[1], 'zset', KEYS[2], 'string', KEYS[3], 'list', KEYS[4], 'set', KEYS[5], 'stream',
-                             KEYS[6], 'hash', KEYS[7], 'zset', KEYS[8], 'hash'})
+                             KEYS[6], 'hash', KEYS[7], 'zset', KEYS[8], 'hash', KEYS[9], 'set'})
 if mistyped then
   return {'wrongtype', mistyped}
 end
@@ -298,6 +299,10 @@ local function beat(node_id, raw)
     remember_boots(boots_prefix .. node_id, boots)
   end
   store(node_key, node_id, raw, false)
+  if restarted == 1 and redis.call('HLEN', held_prefix .. node_id) > 0 then
+    -- for a worker to check, whoever called: the caller may not queue work (an agent's login may not)
+    redis.call('SADD', KEYS[9], node_id)
+  end
   return 'ok', restarted
 end
 
