@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis
 
@@ -18,73 +18,24 @@ from planner import (
     ESTIMATES,
     InvalidInput,
     ModelplanError,
-    Repository,
     parse_pool,
     plan,
     pool_nodes,
-    repository_from_folder,
-    repository_from_listing,
 )
 from producer import agent, clients, operator
 from producer.client import Client, request_from_repository
 from producer.constants import METRICS_ADDR
-from producer.hub import looks_like_repo_id, resolve
-from producer.limits import check_folder, check_index, check_listing, read_bounded
+from producer.limits import read_bounded
+from producer.named import load_repository
 from producer.refusals import refusals
 from producer.render import beat_text, estimates_text, job_text, options_table, status_text
 from worker.config import CLIENT_ID_ENV, PREFIX_ENV, REDIS_URL_ENV, configure_logging, estimate, redact, redis_url
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
 from worker.errors import RedisForbidden, RedisUnavailable, redis_failure
-from worker.keys import Keys
 from worker.logs import get_logger
 from worker.records import JobState, parse_heartbeat
 
 T = TypeVar("T")
-
-
-def _read_json(path: str, what: str, bound: str) -> Any:
-    try:
-        text = read_bounded(path, what, bound).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidInput(path, what, f"cannot be read: {e}") from e
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, over-long integers, nesting past the stack
-        raise InvalidInput(path, what, f"not JSON: {e}") from e
-
-
-def load_repository(args: argparse.Namespace, client: Client | None = None) -> Repository:
-    """The repository a command names: a local folder, a Hub repository (``org/name``, cached in Redis
-    when the command has a client), or a listing with its config."""
-    if args.repo and (args.files or args.config or args.index):
-        # which one was meant cannot be told; taking one quietly would plan a model the person did not name
-        raise InvalidInput("arguments", "--repo", "give either --repo or --files with --config, not both")
-    if args.repo:
-        if not Path(args.repo).is_dir() and looks_like_repo_id(args.repo):
-            return resolve(
-                args.repo, args.revision, cache=client.redis if client else None, keys=client.keys if client else Keys()
-            )
-        check_folder(args.repo)
-        try:
-            return repository_from_folder(args.repo)
-        except InvalidInput as e:
-            listing = Path(args.repo) / "files.json"
-            if not (e.problem.startswith("no weights") and listing.is_file()):
-                raise
-            raise InvalidInput(
-                args.repo,
-                "--repo",
-                f"holds a file listing, not weights: give --files {listing} --config {Path(args.repo) / 'config.json'}",
-            ) from e
-    if not (args.files and args.config):
-        raise InvalidInput("arguments", "--files/--config", "give both --files and --config, or --repo DIR")
-    index = _read_json(args.index, "--index", "index_bytes") if args.index else None
-    quant = _read_json(args.quant_config, "--quant-config", "config_bytes") if args.quant_config else None
-    files = _read_json(args.files, "--files", "listing_bytes")
-    check_listing(files, args.files)
-    check_index(index, args.index or "")
-    config = _read_json(args.config, "--config", "config_bytes")
-    return repository_from_listing(files, config, index, hf_quant=quant, source=args.files)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -18,11 +18,9 @@ from typing import Any, TypeVar
 
 import redis
 
-from planner import DEFAULT_CONTEXT, Estimate, repository_from_folder, repository_from_listing
-from planner.repository import Repository
-from producer.limits import check_index, check_listing
 from producer.ownstream import OwnStream
 from producer.relayed import Relayed, Stored
+from producer.serve import request_from_folder, request_from_listing, request_from_repository
 from worker import conflicts, moves, owners, quarantine
 from worker import constants as C
 from worker.beats import Beat
@@ -54,57 +52,7 @@ from worker.store import Store, now_ms
 
 T = TypeVar("T")
 
-
-def request_from_repository(
-    repo: Repository,
-    *,
-    model: str,
-    context: int = DEFAULT_CONTEXT,
-    artifact: str | None = None,
-    priority: int = 0,
-    replicas: int = 1,
-    fallback: bool = False,
-    estimate: Estimate | None = None,
-) -> ServeRequest:
-    return parse_request(
-        {
-            "model": model,
-            "artifacts": [a.to_json() for a in repo.artifacts],
-            "shape": {
-                "kv_bytes_per_token": repo.shape.kv_bytes_per_token,
-                "kv_heads": repo.shape.kv_heads,
-                "params": repo.shape.params,
-                "max_context": repo.shape.max_context,
-                "heads": repo.shape.heads,
-                "mla": repo.shape.mla,
-                "windows": [list(w) for w in repo.shape.windows],
-                "max_context_source": repo.shape.max_context_source,
-                "vision_params": repo.shape.vision_params,
-                "layers": repo.shape.layers,
-                "hidden": repo.shape.hidden,
-                "vocab": repo.shape.vocab,
-                "experts": repo.shape.experts,
-            },
-            "context": context,
-            "artifact": artifact,
-            "priority": priority,
-            "replicas": replicas,
-            "fallback": fallback,
-            "estimate": estimate,
-        }
-    )
-
-
-def request_from_listing(files: Any, config: Any, index: Any = None, *, model: str, **kw: Any) -> ServeRequest:
-    """A serve request for a repository given as its file listing and ``config.json`` data."""
-    check_listing(files)
-    check_index(index)
-    return request_from_repository(repository_from_listing(files, config, index), model=model, **kw)
-
-
-def request_from_folder(folder: str, *, model: str | None = None, **kw: Any) -> ServeRequest:
-    """A serve request for a repository in a local folder."""
-    return request_from_repository(repository_from_folder(folder), model=model or folder, **kw)
+__all__ = ["BeatLog", "Client", "request_from_folder", "request_from_listing", "request_from_repository"]
 
 
 class BeatLog:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from producer.cli import load_repository, main, parser
+from producer.cli import main, parser
+from producer.named import load_repository
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

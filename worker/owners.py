@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -29,7 +29,9 @@ from worker.errors import BadRecord, Contended, JobNotFound, JobTaken, NotOwner,
 from worker.jobtext import read_job
 from worker.records import JobRecord
 from worker.scripts import text
-from worker.store import Store
+
+if TYPE_CHECKING:
+    from worker.store import Store
 
 
 class Anyone(Enum):

@@ -1,0 +1,62 @@
+"""The repository a command names (``--repo``, or ``--files`` with ``--config``), read with the bounds
+the client sets on what it reads."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from planner import InvalidInput, Repository, repository_from_folder, repository_from_listing
+from producer.hub import looks_like_repo_id, resolve
+from producer.limits import check_folder, check_index, check_listing, read_bounded
+from worker.keys import Keys
+
+if TYPE_CHECKING:
+    from producer.client import Client
+
+
+def read_json(path: str, what: str, bound: str) -> Any:
+    try:
+        text = read_bounded(path, what, bound).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInput(path, what, f"cannot be read: {e}") from e
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, over-long integers, nesting past the stack
+        raise InvalidInput(path, what, f"not JSON: {e}") from e
+
+
+def load_repository(args: argparse.Namespace, client: Client | None = None) -> Repository:
+    """The repository a command names: a local folder, a Hub repository (``org/name``, cached in Redis
+    when the command has a client), or a listing with its config."""
+    if args.repo and (args.files or args.config or args.index):
+        # which one was meant cannot be told; taking one quietly would plan a model the person did not name
+        raise InvalidInput("arguments", "--repo", "give either --repo or --files with --config, not both")
+    if args.repo:
+        if not Path(args.repo).is_dir() and looks_like_repo_id(args.repo):
+            return resolve(
+                args.repo, args.revision, cache=client.redis if client else None, keys=client.keys if client else Keys()
+            )
+        check_folder(args.repo)
+        try:
+            return repository_from_folder(args.repo)
+        except InvalidInput as e:
+            listing = Path(args.repo) / "files.json"
+            if not (e.problem.startswith("no weights") and listing.is_file()):
+                raise
+            raise InvalidInput(
+                args.repo,
+                "--repo",
+                f"holds a file listing, not weights: give --files {listing} --config {Path(args.repo) / 'config.json'}",
+            ) from e
+    if not (args.files and args.config):
+        raise InvalidInput("arguments", "--files/--config", "give both --files and --config, or --repo DIR")
+    index = read_json(args.index, "--index", "index_bytes") if args.index else None
+    quant = read_json(args.quant_config, "--quant-config", "config_bytes") if args.quant_config else None
+    files = read_json(args.files, "--files", "listing_bytes")
+    check_listing(files, args.files)
+    check_index(index, args.index or "")
+    config = read_json(args.config, "--config", "config_bytes")
+    return repository_from_listing(files, config, index, hf_quant=quant, source=args.files)
