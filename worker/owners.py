@@ -134,14 +134,17 @@ class Owned:
             out.append(None if rec.state.final else rec)
         return out
 
-    def reserve(self, job_id: str, replicas: int) -> None:
+    def reserve(self, job_id: str, replicas: int, bound: Callable[[], None] | None = None) -> None:
         """Count ``replicas`` for ``job_id`` before it is scaled: ``NotOwner`` if the job is not this
-        client's, ``OverQuota`` if past the limit. A job's owner never changes, so its record is read
-        unwatched."""
+        client's, then whatever ``bound`` raises (a bound on one job), then ``OverQuota`` if past the
+        client's limit; nothing is counted when it raises. A job's owner never changes, so its record is
+        read unwatched."""
         rec = self.store.job(job_id)
         if rec is None:
             raise JobNotFound(job_id)
         check(rec, self.client_id)
+        if bound is not None:
+            bound()
         r = self.store.redis
         for _ in range(C.PLAN_ATTEMPTS):
             with r.pipeline(transaction=True) as pipe:

@@ -276,9 +276,9 @@ class Consumer:
         if owned is None:
             self.quotas.check_job(job_id, replicas)
             return self.client.scale(job_id, replicas, as_client=client_id)
-        owned.reserve(job_id, replicas)  # another client's job is refused as that before any bound is named
+        # another client's job is refused as that before any bound is named
+        owned.reserve(job_id, replicas, bound=lambda: self.quotas.check_job(job_id, replicas))
         try:
-            self.quotas.check_job(job_id, replicas)
             return self.client.scale(job_id, replicas, as_client=client_id)
         finally:
             owned.settle(job_id)

@@ -120,6 +120,9 @@ class Way:
         self._client = client
         self._lock = threading.Lock()
         self.functions: bool | None = None
+        self.missing = False
+        """The library was not found on the server and this login may not load it: a script this login
+        may not run either is told as that (``FunctionsMissing``), not as a bare refusal."""
         self.evals = {n: EvalScript(client, source(n)) for n in NAMES}
 
     def resolve(self) -> bool:
@@ -157,6 +160,7 @@ class Way:
         except redis.exceptions.NoPermissionError:
             if wanted == "functions":
                 raise FunctionsMissing(name) from None
+            self.missing = True
             return False
 
 
@@ -201,6 +205,8 @@ class Script:
         try:
             return self._way.evals[self.name](keys=list(keys), args=list(args))
         except redis.exceptions.NoPermissionError as e:
+            if not self._way.missing:
+                raise
             raise FunctionsMissing(library()[0]) from e
 
     def queue(self, pipe: Any, keys: Sequence[Any], args: Sequence[Any]) -> None:

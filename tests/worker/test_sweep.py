@@ -49,7 +49,7 @@ def waiting_on_a_freed_card(client: Client) -> str:
     ("command", "steps"),
     [
         ("ltrim", []),  # no step sends it now
-        ("zremrangebyscore", ["finished_trimmed"]),
+        ("zremrangebyscore", ["finished_trimmed", "conflicts_cleared"]),
         ("zrangebyscore", ["lease_expired", "node_silent", "requeued_lost"]),
         ("smembers", ["holds_reclaimed"]),
     ],

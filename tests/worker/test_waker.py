@@ -255,8 +255,9 @@ def test_a_wrong_typed_signal_is_a_signal_and_the_waker_repairs_it(client: Clien
     puts the key right and runs the pass, so the waiting job is placed; it says so once, rather than
     retrying its wait in a loop that writes a traceback each time round; and signals work after it."""
     job = waiting_job(client)
-    client.redis.set(client.keys.wake_signal, "x")
-    client.heartbeat(hb("gpu-1", gpus=1, free=1, seq=2))  # frees the card: the token is never pushed
+    client.heartbeat(hb("gpu-1", gpus=1, free=1, seq=2))  # frees the card: a token
+    client.redis.delete(client.keys.wake_signal)
+    client.redis.set(client.keys.wake_signal, "x")  # written over the token
     with capture_logs() as events, running_waker(client):
         assert eventually(lambda: client.get(job).state is JobState.PLACED)
         assert eventually(lambda: client.redis.type(client.keys.wake_signal) in (b"none", b"list"))
