@@ -246,3 +246,20 @@ def test_an_agent_that_restarts_has_its_jobs_planned_again(cluster: Roles) -> No
     assert [p.node_id for p in after.placement] == ["n1"]
     assert [h.boot_id for h in n1.held_on("n1").values()] == ["boot-2"]
     assert cluster.refusals() == []
+
+
+def test_a_client_is_answered_on_its_own_replies_only(cluster: Roles) -> None:
+    assert cluster.client("agent", "n1").heartbeat(hb("n1", gpus=1))
+    a = cluster.client("client", "svc-a", client_id="svc-a")
+    b = cluster.client("client", "svc-b", client_id="svc-b")
+    job = a.submit(request(), job_id="a-1")
+    placed(a, job)
+    theirs = a.redis.xrange(K.client_replies("svc-a"))
+    # an entry naming another client's replies, or a shared reply stream, is answered on its own
+    b.redis.xadd(K.client_requests("svc-b"), {"op": "release", "job_id": job, "reply_to": "svc-a"})
+    until(lambda: len(b.redis.xrange(K.client_replies("svc-b"))) == 1)
+    [(_, answer)] = b.redis.xrange(K.client_replies("svc-b"))
+    assert answer[b"ok"] == b"false"
+    assert a.redis.xrange(K.client_replies("svc-a")) == theirs
+    assert a.get(job).state is JobState.PLACED
+    assert cluster.client("operator").redis.exists(K.reply("svc-a")) == 0
