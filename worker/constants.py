@@ -53,7 +53,7 @@ clears it: a commit writes a hold and its record in one step, so this guards onl
 promises (a hold written by anything else); a lapsed lease (``LEASE_MS``) is no shorter."""
 
 ORPHAN_SWEEP_NODES = 250
-"""Nodes of ``held:nodes`` whose holds one sweep judges (a read of their holds and of their jobs'
+"""Nodes of ``holding`` whose holds one sweep judges (a read of their holds and of their jobs'
 records, some 10 KB each): some 2.5 MB a sweep at most, a megabyte or so a second; a pool of 100,000 nodes
 that hold jobs is gone over in under a quarter of an hour, one of a few hundred in every sweep."""
 

@@ -42,7 +42,7 @@ class Orphan:
 
 class Seen:
     """What one worker's sweeps carry from one to the next: the holds seen with no owner (at most
-    ``ORPHANS_KEPT``), and the nodes of ``held:nodes`` not yet looked at in this round over them."""
+    ``ORPHANS_KEPT``), and the nodes of ``holding`` not yet looked at in this round over them."""
 
     def __init__(self) -> None:
         self.orphans: dict[tuple[str, str], Orphan] = {}
@@ -84,7 +84,7 @@ def _clear_due(store: Store, seen: Seen) -> int:
 
 
 def _look(store: Store, seen: Seen) -> None:
-    """Judge the holds on the next nodes of this round over ``held:nodes`` (a new round once it is done)."""
+    """Judge the holds on the next nodes of this round over ``holding`` (a new round once it is done)."""
     k, r = store.keys, store.redis
     if not seen.to_look_at:
         members = r.smembers(k.held_nodes)

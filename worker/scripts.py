@@ -47,7 +47,8 @@ PRELUDES: dict[str, tuple[str, ...]] = {
     "transition": ("key_types", "pending_counts"),
     "claim": ("key_types", "pending_counts"),
     "heartbeat": ("key_types",),
-    "quarantine_job": ("key_types", "pending_counts"),
+    "quarantine_job": ("key_types", "pending_counts", "wake_all"),
+    "reclaim_holds": ("wake_all",),
     "recount_pending": ("pending_counts",),
 }
 """The files put before a script's own text: functions it shares with others (Redis runs each script

@@ -57,12 +57,7 @@ for j = 1, tonumber(ARGV[9]) do
   end
 end
 if freed then
-  redis.call('INCR', KEYS[13])
-  redis.call('SADD', KEYS[15], '*')
-  if redis.call('EXISTS', KEYS[14]) == 0 then
-    redis.call('RPUSH', KEYS[14], '1')
-    wake = 1
-  end
+  wake = wake_all(KEYS[13], KEYS[14], KEYS[15])
 end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', 'job_id', job_id, 'state', 'failed',
            'version', '0', 'reason', ARGV[3])

@@ -1,11 +1,11 @@
 -- reclaim_holds.lua: clears holds that no job owns, found so by the sweep (worker.orphans), each only if
 -- it and its job's record are still exactly as the sweep judged them (their SHA-1s): a hold rewritten, or a
 -- job whose record changed since (a commit that came in between), is left for the next sweep to judge
--- again. As transition.lua clears a hold: off held:{node} (and the node off held:nodes once it holds
+-- again. As transition.lua clears a hold: off held:{node} (and the node off holding once it holds
 -- nothing), onto pool:changes for the workers' mirrors, and capacity freed: epoch bumped, a full pass
 -- signalled ('*' on wake:classes, a token on wake:signal unless a key is there already).
 --
--- KEYS[1] epoch   KEYS[2] wake:signal   KEYS[3] wake:classes   KEYS[4] held:nodes   KEYS[5] pool:changes
+-- KEYS[1] epoch   KEYS[2] wake:signal   KEYS[3] wake:classes   KEYS[4] holding   KEYS[5] pool:changes
 -- KEYS[6..] for each hold: held:{node}, job:{job}
 --
 -- ARGV[1] pool:changes MAXLEN   ARGV[2] holds (n)
@@ -51,11 +51,6 @@ for _, i in ipairs(clear) do
 end
 local wake = 0
 if #clear > 0 then
-  redis.call('INCR', KEYS[1])
-  redis.call('SADD', KEYS[3], '*')
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    redis.call('RPUSH', KEYS[2], '1')
-    wake = 1
-  end
+  wake = wake_all(KEYS[1], KEYS[2], KEYS[3])
 end
 return {#clear, wake}
