@@ -50,6 +50,19 @@ def wait_until(check: object, timeout: float, what: str) -> float:
     return time.monotonic() - started
 
 
+def mid_plan_worker(client: Client, workers: list[WorkerProcess], within_s: float = 5.0) -> WorkerProcess | None:
+    """A worker that holds a job in planning now, waiting up to ``within_s`` for one: the kill the run is
+    about, whatever the machine's speed (a worker just started may not have claimed anything yet)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        for rec in client.jobs(JobState.PLANNING):
+            for w in workers:
+                if rec.worker and f".{w.proc.pid}." in rec.worker:
+                    return w
+        time.sleep(0.02)
+    return None
+
+
 def test_workers_killed_mid_plan_leave_no_job_stuck(client: Client, redis_url: str, tmp_path: Path) -> None:
     rnd = random.Random(7)
     nodes = [f"gpu-{i}" for i in range(10)]
@@ -65,7 +78,8 @@ def test_workers_killed_mid_plan_leave_no_job_stuck(client: Client, redis_url: s
     try:
         for i in range(KILLS):
             time.sleep(KILL_EVERY_S)
-            victim = workers.pop(rnd.randrange(len(workers)))
+            victim = mid_plan_worker(client, workers) or workers[rnd.randrange(len(workers))]
+            workers.remove(victim)
             pid = victim.proc.pid
             victim.kill()
             killed += 1
