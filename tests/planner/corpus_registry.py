@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tests.planner.corpus_cases import CASES
+from tests.planner.corpus_cases import CASES, DEEPSEEK_V3
 
 Status = Literal["read", "refused", "pending"]
 """``read``: the planner's parameters and KV bytes per token are within 2% of the hand count.
@@ -209,6 +209,52 @@ class Entry:
 
 
 # fmt: off
+QWEN3_8B = 151936 * 4096 * 2 + 36 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 12288)
+KIMI_K2 = (
+    163840 * 7168 * 2
+    + 61 * (7168 * 1536 + 1536 * 64 * 192 + 7168 * 576 + 512 * 64 * 256 + 64 * 128 * 7168)  # MLA
+    + 1 * 3 * 7168 * 18432  # one dense layer
+    + 60 * (384 * 3 * 7168 * 2048 + 7168 * 384 + 3 * 7168 * 2048)  # 384 experts, router, a shared expert
+)
+DSA_INDEXER = 1536 * 64 * 128 + 7168 * 128 + 7168 * 64
+"""DeepSeek-V3.2's lightning indexer a layer: queries from the q latent (64 heads of 128), one key of 128,
+a weight per head."""
+NEMOTRON_SUPER_49B = (
+    128256 * 8192 * 2
+    + 49 * (8192 * 64 * 128 * 2 + 8192 * 8 * 128 * 2)  # 49 attention blocks of 8 KV heads; 31 are no_op
+    + 3 * 8192 * (48 * 28672 + 1 * 14336 + 10 * 7168 + 8 * 5632 + 6 * 2816 + 5 * 14336 + 1 * 17920 + 1 * 28672)
+)
+MAMBA2_56B = 8192 * (2 * 16384 + 2 * 8 * 256 + 256) + (16384 + 2 * 8 * 256) * 4 + 16384 * 8192
+"""A Mamba-2 layer of Nemotron-H-56B: in_proj to z, x, B, C and dt; the conv1d; out_proj (A, D, dt_bias and
+the norm are under 0.01%)."""
+MAMBA2_NANO = 2688 * (2 * 4096 + 2 * 8 * 128 + 64) + (4096 + 2 * 8 * 128) * 4 + 4096 * 2688
+QWEN35_VISION = 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304) + (1152 * 4) ** 2
+"""Qwen3.5's vision tower (27 blocks of 1152) and its merger's first layer; the merger's last is 1152 x 4 by
+the language model's width."""
+GATED_DELTANET_27B = 5120 * (2 * 2048 + 2 * 6144) + 5120 * 2 * 48 + (2 * 2048 + 6144) * 4 + 6144 * 5120
+"""A Gated DeltaNet layer of Qwen3.5-27B: in_proj to q, k (16 heads of 128), v and z (48 of 128); b and a
+(one per value head); the conv1d over q, k, v; out_proj."""
+GATED_DELTANET_35B = 2048 * (2 * 2048 + 2 * 4096) + 2048 * 2 * 32 + (2 * 2048 + 4096) * 4 + 4096 * 2048
+MIMO_V2_FLASH = (
+    152576 * 4096 * 2
+    + 9 * (4096 * 64 * 192 + 4096 * 4 * 192 + 4096 * 4 * 128 + 64 * 128 * 4096)  # full: 4 KV heads
+    + 39 * (4096 * 64 * 192 + 4096 * 8 * 192 + 4096 * 8 * 128 + 64 * 128 * 4096)  # sliding: 8 KV heads
+    + 3 * 4096 * 16384  # layer 0 dense
+    + 47 * (256 * 3 * 4096 * 2048 + 4096 * 256)
+)
+GLM5 = (
+    154880 * 6144 * 2
+    + 78 * (6144 * 2048 + 2048 * 64 * 256 + 6144 * 576 + 512 * 64 * (192 + 256) + 64 * 256 * 6144)  # MLA
+    + 78 * (2048 * 32 * 128 + 6144 * 128 + 6144 * 32)  # the indexer: 32 heads of 128
+    + 3 * 3 * 6144 * 12288
+    + 75 * (256 * 3 * 6144 * 2048 + 6144 * 256 + 3 * 6144 * 2048)
+)
+LLAMA4_SCOUT_TEXT = 202048 * 5120 * 2 + 48 * (
+    5120 * 40 * 128 * 2 + 5120 * 8 * 128 * 2 + 16 * 3 * 5120 * 8192 + 3 * 5120 * 8192 + 5120 * 16
+)
+# fmt: on
+
+# fmt: off
 CASE_ARCHITECTURES: dict[str, str] = {
     "CohereForAI--aya-23-8B": "CohereForCausalLM",
     "CohereForAI--c4ai-command-r-v01": "CohereForCausalLM",
@@ -256,6 +302,151 @@ architectures: their counts are those cases'."""
 
 ENTRIES: dict[str, Entry] = {
     **{name: Entry(arch, CASES[name].params, CASES[name].kv) for name, arch in CASE_ARCHITECTURES.items()},
+    # vLLM's registry's examples and their kin, added against vLLM's list
+    "LGAI-EXAONE--EXAONE-3.5-7.8B-Instruct": Entry(
+        "ExaoneForCausalLM", kv=2 * 32 * 8 * 128 * 2,
+        params=102400 * 4096 * 2 + 32 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 14336),
+    ),
+    "MiniMaxAI--MiniMax-M2.5": Entry(
+        "MiniMaxM2ForCausalLM", kv=2 * 62 * 8 * 128 * 2,
+        params=200064 * 3072 * 2 + 62 * (3072 * 48 * 128 * 2 + 3072 * 8 * 128 * 2 + 256 * 3 * 3072 * 1536 + 3072 * 256),
+    ),
+    "Qwen--Qwen-7B": Entry(
+        # QWen's MLP is two halves of intermediate_size: w1 and w2 of 11008, c_proj back
+        "QWenLMHeadModel",
+        status="pending", line="counts the MLP at intermediate_size, not at its halves of 11008",
+        kv=2 * 32 * 32 * 128 * 2,
+        params=151936 * 4096 * 2 + 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008),
+    ),
+    "Qwen--Qwen2.5-0.5B": Entry(
+        "Qwen2ForCausalLM", kv=2 * 24 * 2 * 64 * 2,
+        params=151936 * 896 + 24 * (896 * 14 * 64 * 2 + 896 * 2 * 64 * 2 + 3 * 896 * 4864),
+    ),
+    "Qwen--Qwen3-0.6B": Entry(
+        "Qwen3ForCausalLM", kv=2 * 28 * 8 * 128 * 2,
+        params=151936 * 1024 + 28 * (1024 * 16 * 128 * 2 + 1024 * 8 * 128 * 2 + 3 * 1024 * 3072),
+    ),
+    "Qwen--Qwen3-4B": Entry(
+        "Qwen3ForCausalLM", kv=2 * 36 * 8 * 128 * 2,
+        params=151936 * 2560 + 36 * (2560 * 32 * 128 * 2 + 2560 * 8 * 128 * 2 + 3 * 2560 * 9728),
+    ),
+    "Qwen--Qwen3-8B": Entry("Qwen3ForCausalLM", kv=2 * 36 * 8 * 128 * 2, params=QWEN3_8B),
+    "Qwen--Qwen3-Coder-480B-A35B-Instruct": Entry(
+        "Qwen3MoeForCausalLM", kv=2 * 62 * 8 * 128 * 2,
+        params=151936 * 6144 * 2 + 62 * (6144 * 96 * 128 * 2 + 6144 * 8 * 128 * 2 + 160 * 3 * 6144 * 2560 + 6144 * 160),
+    ),
+    "Qwen--Qwen3.5-27B": Entry(
+        # 16 of 64 layers attend (every 4th), their q_proj twice wide for the output gate
+        "Qwen3_5ForConditionalGeneration",
+        status="pending", line="caches all 64 layers, not the 16 that attend",
+        kv=16 * 2 * 4 * 256 * 2,
+        params=248320 * 5120 * 2 + 64 * 3 * 5120 * 17408
+        + 16 * (5120 * 24 * 256 * 2 + 5120 * 4 * 256 * 2 + 24 * 256 * 5120) + 48 * GATED_DELTANET_27B
+        + QWEN35_VISION + 1152 * 4 * 5120,
+    ),
+    "Qwen--Qwen3.5-35B-A3B": Entry(
+        "Qwen3_5MoeForConditionalGeneration",
+        status="pending", line="caches all 40 layers, not the 10 that attend",
+        kv=10 * 2 * 2 * 256 * 2,
+        params=248320 * 2048 * 2 + 40 * (256 * 3 * 2048 * 512 + 3 * 2048 * 512 + 2048 * 257)
+        + 10 * (2048 * 16 * 256 * 2 + 2048 * 2 * 256 * 2 + 16 * 256 * 2048) + 30 * GATED_DELTANET_35B
+        + QWEN35_VISION + 1152 * 4 * 2048,
+    ),
+    "XiaomiMiMo--MiMo-7B-Base": Entry(
+        # the multi-token-prediction layer is not loaded for serving
+        "MiMoForCausalLM", kv=2 * 36 * 8 * 128 * 2,
+        params=151680 * 4096 * 2 + 36 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 11008),
+    ),
+    "XiaomiMiMo--MiMo-V2-Flash": Entry(
+        # 39 of 48 layers slide over 128 tokens; keys of 192, values of 128
+        "MiMoV2FlashForCausalLM",
+        status="pending", line="reads neither the sliding layers' 8 KV heads nor the 128-wide values",
+        kv=9 * 4 * (192 + 128) * 2 + 39 * 8 * (192 + 128) * 2, params=MIMO_V2_FLASH,
+    ),
+    "baichuan-inc--Baichuan2-7B-Chat": Entry(
+        "BaichuanForCausalLM", kv=2 * 32 * 32 * 128 * 2,
+        params=125696 * 4096 * 2 + 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008),
+    ),
+    "deepseek-ai--DeepSeek-V3.2": Entry(
+        # the MLA latent and the indexer's key (128 fp8 bytes and a 4-byte scale) a layer
+        "DeepseekV32ForCausalLM",
+        status="pending", line="leaves out the indexer's key cache",
+        kv=61 * ((512 + 64) * 2 + 128 + 4), params=DEEPSEEK_V3 + 61 * DSA_INDEXER,
+    ),
+    "google--gemma-2-2b-it": Entry(
+        # 13 of 26 layers slide over 4096 tokens
+        "Gemma2ForCausalLM", kv=2 * 26 * 4 * 256 * 2,
+        params=256000 * 2304 + 26 * (2304 * 8 * 256 * 2 + 2304 * 4 * 256 * 2 + 3 * 2304 * 9216),
+    ),
+    "google--gemma-7b": Entry(
+        "GemmaForCausalLM", kv=2 * 28 * 16 * 256 * 2,
+        params=256000 * 3072 + 28 * (3072 * 16 * 256 * 2 + 3072 * 16 * 256 * 2 + 3 * 3072 * 24576),
+    ),
+    "meta-llama--Llama-4-Scout-17B-16E-Instruct": Entry(
+        # 36 of 48 layers attend within chunks of 8192; this config has no vision_config, counted without
+        "Llama4ForConditionalGeneration",
+        status="pending", line="leaves out the shared expert",
+        kv=2 * 48 * 8 * 128 * 2, params=LLAMA4_SCOUT_TEXT,
+    ),
+    "meta-llama--Meta-Llama-3.1-405B": Entry(
+        "LlamaForCausalLM", kv=2 * 126 * 8 * 128 * 2,
+        params=128256 * 16384 * 2 + 126 * (16384 * 128 * 128 * 2 + 16384 * 8 * 128 * 2 + 3 * 16384 * 53248),
+    ),
+    "microsoft--Phi-3.5-MoE-instruct": Entry(
+        "PhiMoEForCausalLM", kv=2 * 32 * 8 * 128 * 2,
+        params=32064 * 4096 * 2 + 32 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 16 * 3 * 4096 * 6400 + 4096 * 16),
+    ),
+    "mistralai--Mixtral-8x22B-v0.1": Entry(
+        "MixtralForCausalLM", kv=2 * 56 * 8 * 128 * 2,
+        params=32000 * 6144 * 2 + 56 * (6144 * 48 * 128 * 2 + 6144 * 8 * 128 * 2 + 8 * 3 * 6144 * 16384 + 6144 * 8),
+    ),
+    "moonshotai--Kimi-K2-Instruct": Entry("DeepseekV3ForCausalLM", kv=61 * (512 + 64) * 2, params=KIMI_K2),
+    "nvidia--Llama-3_3-Nemotron-Super-49B-v1": Entry(
+        # 49 of 80 blocks attend (n_heads_in_group 8: 8 KV heads); each block its own MLP width
+        "DeciLMForCausalLM",
+        status="pending", line="block_configs not read: 80 whole layers of 64 KV heads",
+        kv=2 * 49 * 8 * 128 * 2, params=NEMOTRON_SUPER_49B,
+    ),
+    "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": Entry(
+        # 23 Mamba-2, 23 MoE (128 experts and a shared one, squared-ReLU: up and down only), 6 attention
+        "NemotronHForCausalLM",
+        status="pending", line="hybrid_override_pattern not read: every layer attends",
+        kv=6 * 2 * 2 * 128 * 2,
+        params=131072 * 2688 * 2 + 23 * MAMBA2_NANO
+        + 23 * (128 * 2 * 2688 * 1856 + 2 * 2688 * 3712 + 2688 * 128)
+        + 6 * (2688 * 32 * 128 * 2 + 2688 * 2 * 128 * 2),
+    ),
+    "nvidia--Nemotron-H-56B-Base-8K": Entry(
+        # 54 Mamba-2, 54 squared-ReLU MLP (up and down), 10 attention layers
+        "NemotronHForCausalLM",
+        status="pending", line="hybrid_override_pattern not read: every layer attends",
+        kv=10 * 2 * 8 * 128 * 2,
+        params=131072 * 8192 * 2 + 54 * MAMBA2_56B + 54 * 2 * 8192 * 32768
+        + 10 * (8192 * 64 * 128 * 2 + 8192 * 8 * 128 * 2),
+    ),
+    "openbmb--MiniCPM3-4B": Entry(
+        # MLA with q_lora_rank 768, kv_lora_rank 256; values of qk_nope_head_dim (64); embeddings tied
+        "MiniCPM3ForCausalLM",
+        status="pending", line="counts an output head apart from the tied embeddings",
+        kv=62 * (256 + 32) * 2,
+        params=73448 * 2560 + 62 * (
+            2560 * 768 + 768 * 40 * 96 + 2560 * 288 + 256 * 40 * 128 + 40 * 64 * 2560 + 3 * 2560 * 6400
+        ),
+    ),
+    "stabilityai--stablelm-3b-4e1t": Entry(
+        "StableLmForCausalLM", kv=2 * 32 * 32 * 80 * 2,
+        params=50304 * 2560 * 2 + 32 * (4 * 2560 * 2560 + 3 * 2560 * 6912),
+    ),
+    "xverse--XVERSE-7B-Chat": Entry(
+        "XverseForCausalLM", kv=2 * 32 * 32 * 128 * 2,
+        params=100534 * 4096 * 2 + 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008),
+    ),
+    "zai-org--GLM-5": Entry(
+        # MLA latent and the indexer's key (as DeepSeek-V3.2) a layer; the MTP layer is not loaded
+        "GlmMoeDsaForCausalLM",
+        status="pending", line="leaves out the indexer's key cache",
+        kv=78 * ((512 + 64) * 2 + 128 + 4), params=GLM5,
+    ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
         note="an adapter's files only: its base model is meta-llama--Llama-3.2-3B",
