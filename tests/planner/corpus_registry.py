@@ -252,6 +252,9 @@ GLM5 = (
 LLAMA4_SCOUT_TEXT = 202048 * 5120 * 2 + 48 * (
     5120 * 40 * 128 * 2 + 5120 * 8 * 128 * 2 + 16 * 3 * 5120 * 8192 + 3 * 5120 * 8192 + 5120 * 16
 )
+MAMBA1_4096 = 4096 * 2 * 8192 + 8192 * 4 + 8192 * (256 + 2 * 16) + 256 * 8192 + 8192 * 16 + 8192 * 4096
+"""A Mamba (v1) layer of 4096 wide, inner 8192, state 16, dt_rank 256: in_proj to x and z, the conv1d,
+x_proj to dt, B and C, dt_proj, A, out_proj (Jamba and Falcon-Mamba-7B alike)."""
 # fmt: on
 
 # fmt: off
@@ -446,6 +449,28 @@ ENTRIES: dict[str, Entry] = {
         "GlmMoeDsaForCausalLM",
         status="pending", line="leaves out the indexer's key cache",
         kv=78 * ((512 + 64) * 2 + 128 + 4), params=GLM5,
+    ),
+    "microsoft--phi-2": Entry(
+        # MHA of 32 heads of 80; an ungated MLP (fc1, fc2) of 10240
+        "PhiForCausalLM", kv=2 * 32 * 32 * 80 * 2,
+        status="pending", line="counts a gated MLP (three matrices) where phi-2 has two",
+        params=51200 * 2560 * 2 + 32 * (4 * 2560 * 2560 + 2 * 2560 * 10240),
+    ),
+    "microsoft--phi-4": Entry(
+        "Phi3ForCausalLM", kv=2 * 40 * 10 * 128 * 2,
+        params=100352 * 5120 * 2 + 40 * (5120 * 40 * 128 * 2 + 5120 * 10 * 128 * 2 + 3 * 5120 * 17920),
+    ),
+    "ai21labs--AI21-Jamba-1.5-Mini": Entry(
+        # 4 of 32 layers attend (every 8th from 4); 16 of 32 MLPs are 16 experts (every 2nd from 1)
+        "JambaForCausalLM", kv=4 * 2 * 8 * 128 * 2,
+        status="pending", line="counts all 32 layers as attention and as mixtures of experts",
+        params=65536 * 4096 * 2 + 28 * MAMBA1_4096 + 4 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2)
+        + 16 * (16 * 3 * 4096 * 14336 + 4096 * 16) + 16 * 3 * 4096 * 14336,
+    ),
+    "tiiuae--falcon-mamba-7b": Entry(
+        # no attention layer: nothing grows with the context
+        "FalconMambaForCausalLM", kv=0, params=65024 * 4096 * 2 + 64 * MAMBA1_4096,
+        status="refused", line="num_attention_heads: missing",
     ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
