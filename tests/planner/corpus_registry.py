@@ -472,6 +472,68 @@ ENTRIES: dict[str, Entry] = {
         "FalconMambaForCausalLM", kv=0, params=65024 * 4096 * 2 + 64 * MAMBA1_4096,
         status="refused", line="num_attention_heads: missing",
     ),
+    "bigcode--gpt_bigcode-santacoder": Entry(
+        # multi_query: one KV head of 128; wte tied to the head; learned positions of 2048
+        "GPTBigCodeForCausalLM",
+        status="pending", line="counts an output head apart from the tied embeddings", kv=2 * 24 * 1 * 128 * 2,
+        params=49280 * 2048 + 2048 * 2048 + 24 * (2048 * (2048 + 2 * 128) + 2048 * 2048 + 2 * 2048 * 8192),
+    ),
+    "Qwen--Qwen1.5-MoE-A2.7B": Entry(
+        # 60 experts of 1408, a shared expert of 5632 with its gate, a router
+        "Qwen2MoeForCausalLM", kv=2 * 24 * 16 * 128 * 2,
+        params=151936 * 2048 * 2
+        + 24 * (4 * 2048 * 2048 + 60 * 3 * 2048 * 1408 + 3 * 2048 * 5632 + 2048 * 61),
+    ),
+    "internlm--internlm-chat-7b": Entry(
+        "InternLMForCausalLM", kv=2 * 32 * 32 * 128 * 2,
+        params=103168 * 4096 * 2 + 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008),
+    ),
+    "OrionStarAI--Orion-14B-Chat": Entry(
+        "OrionForCausalLM", kv=2 * 40 * 40 * 128 * 2,
+        params=84608 * 5120 * 2 + 40 * (4 * 5120 * 5120 + 3 * 5120 * 15360),
+    ),
+    "bigcode--starcoder2-7b": Entry(
+        # an ungated MLP (c_fc, c_proj); embeddings tied (Starcoder2Config's default); a window of 4096
+        "Starcoder2ForCausalLM",
+        status="pending", line="counts a gated MLP and an output head where StarCoder2 has neither",
+        kv=2 * 32 * 4 * 128 * 2,
+        params=49152 * 4608 + 32 * (4608 * 36 * 128 * 2 + 4608 * 4 * 128 * 2 + 2 * 4608 * 18432),
+    ),
+    "openbmb--MiniCPM-2B-sft-bf16": Entry(
+        "MiniCPMForCausalLM", kv=2 * 40 * 36 * 64 * 2,
+        params=122753 * 2304 + 40 * (4 * 2304 * 2304 + 3 * 2304 * 5760),
+    ),
+    "deepseek-ai--deepseek-moe-16b-base": Entry(
+        # layer 0 dense; 27 layers of 64 experts of 1408, 2 shared, a router
+        "DeepseekForCausalLM", kv=2 * 28 * 16 * 128 * 2,
+        params=102400 * 2048 * 2 + 28 * 4 * 2048 * 2048 + 3 * 2048 * 10944
+        + 27 * (64 * 3 * 2048 * 1408 + 2 * 3 * 2048 * 1408 + 2048 * 64),
+    ),
+    "EleutherAI--gpt-j-6b": Entry(
+        # n_inner absent: 4 x n_embd, ungated
+        "GPTJForCausalLM", kv=2 * 28 * 16 * 256 * 2,
+        params=50400 * 4096 * 2 + 28 * (4 * 4096 * 4096 + 2 * 4096 * 16384),
+    ),
+    "allenai--OLMo-2-1124-7B": Entry(
+        "Olmo2ForCausalLM", kv=2 * 32 * 32 * 128 * 2,
+        params=100352 * 4096 * 2 + 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008),
+    ),
+    "google--gemma-2b": Entry(
+        "GemmaForCausalLM", kv=2 * 18 * 1 * 256 * 2,
+        params=256000 * 2048 + 18 * (2048 * 8 * 256 * 2 + 2048 * 1 * 256 * 2 + 3 * 2048 * 16384),
+    ),
+    "Qwen--Qwen2-0.5B": Entry(
+        "Qwen2ForCausalLM", kv=2 * 24 * 2 * 64 * 2,
+        params=151936 * 896 + 24 * (896 * 14 * 64 * 2 + 896 * 2 * 64 * 2 + 3 * 896 * 4864),
+    ),
+    "stabilityai--stablelm-2-zephyr-1_6b": Entry(
+        "StableLmForCausalLM", kv=2 * 24 * 32 * 64 * 2,
+        params=100352 * 2048 * 2 + 24 * (4 * 2048 * 2048 + 3 * 2048 * 5632),
+    ),
+    "mistralai--Mistral-7B-v0.3": Entry(
+        "MistralForCausalLM", kv=2 * 32 * 8 * 128 * 2,
+        params=32768 * 4096 * 2 + 32 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 14336),
+    ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
         note="an adapter's files only: its base model is meta-llama--Llama-3.2-3B",
