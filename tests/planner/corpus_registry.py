@@ -255,6 +255,21 @@ LLAMA4_SCOUT_TEXT = 202048 * 5120 * 2 + 48 * (
 MAMBA1_4096 = 4096 * 2 * 8192 + 8192 * 4 + 8192 * (256 + 2 * 16) + 256 * 8192 + 8192 * 16 + 8192 * 4096
 """A Mamba (v1) layer of 4096 wide, inner 8192, state 16, dt_rank 256: in_proj to x and z, the conv1d,
 x_proj to dt, B and C, dt_proj, A, out_proj (Jamba and Falcon-Mamba-7B alike)."""
+NEMOTRON_ULTRA_253B = (
+    128256 * 16384 * 2
+    + 64 * (16384 * 128 * 128 * 2 + 16384 * 8 * 128 * 2)  # 64 attention blocks of 8 KV heads; 98 are no_op
+    + 3 * 16384 * (
+        34 * 53248 + 19 * 26624 + 10 * 21504 + 6 * 16128 + 4 * 37376 + 2 * 32000 + 5376 + 10752
+        + 301056 + 343040 + 399360 + 425984  # four wide MLPs standing in for attention
+    )
+)
+MAMBA2_SUPER = 4096 * (2 * 8192 + 2 * 8 * 128 + 128) + (8192 + 2 * 8 * 128) * 4 + 8192 * 4096
+LATENT_MOE_SUPER = 4096 * 512 + 2 * 4096 * 1024 + 512 * 2 * 1024 * 2688 + 2 * 4096 * 5376
+"""A LatentMoE layer of Nemotron 3 Super: a router, projections to and from the latent of 1024, 512
+squared-ReLU experts of 2688 over the latent, a shared expert of 5376 over the hidden."""
+MAMBA2_ULTRA = 8192 * (2 * 16384 + 2 * 8 * 128 + 256) + (16384 + 2 * 8 * 128) * 4 + 16384 * 8192
+LATENT_MOE_ULTRA = 8192 * 512 + 2 * 8192 * 2048 + 512 * 2 * 2048 * 5120 + 2 * 8192 * 10240
+GATED_DELTANET_397B = 4096 * (2 * 2048 + 2 * 8192) + 4096 * 2 * 64 + (2 * 2048 + 8192) * 4 + 8192 * 4096
 # fmt: on
 
 # fmt: off
@@ -533,6 +548,33 @@ ENTRIES: dict[str, Entry] = {
     "mistralai--Mistral-7B-v0.3": Entry(
         "MistralForCausalLM", kv=2 * 32 * 8 * 128 * 2,
         params=32768 * 4096 * 2 + 32 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2 + 3 * 4096 * 14336),
+    ),
+    "nvidia--Llama-3_1-Nemotron-Ultra-253B-v1": Entry(
+        # 64 of 162 blocks attend (n_heads_in_group 16: 8 KV heads); 81 MLPs are no_op
+        "DeciLMForCausalLM", kv=2 * 64 * 8 * 128 * 2, params=NEMOTRON_ULTRA_253B,
+        status="pending", line="block_configs not read: 162 whole layers of 128 KV heads",
+    ),
+    "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8": Entry(
+        # 40 Mamba-2, 40 LatentMoE, 8 attention layers (hybrid_override_pattern); the MTP layers not loaded
+        "NemotronHForCausalLM", kv=8 * 2 * 2 * 128 * 2,
+        params=131072 * 4096 * 2 + 40 * MAMBA2_SUPER + 40 * LATENT_MOE_SUPER
+        + 8 * (4096 * 32 * 128 * 2 + 4096 * 2 * 128 * 2),
+        status="pending", line="hybrid_override_pattern not read: every layer attends",
+    ),
+    "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": Entry(
+        # layers_block_type: 48 mamba, 48 moe, 12 attention; no num_hidden_layers in the file
+        "NemotronHForCausalLM", kv=12 * 2 * 2 * 128 * 2,
+        params=131072 * 8192 * 2 + 48 * MAMBA2_ULTRA + 48 * LATENT_MOE_ULTRA
+        + 12 * (8192 * 64 * 128 * 2 + 8192 * 2 * 128 * 2),
+        status="refused", line="num_hidden_layers: missing",
+    ),
+    "Qwen--Qwen3.5-397B-A17B": Entry(
+        # 15 of 60 layers attend; 512 experts of 1024, a shared expert of 1024 and its gate
+        "Qwen3_5MoeForConditionalGeneration", kv=15 * 2 * 2 * 256 * 2,
+        params=248320 * 4096 * 2 + 60 * (512 * 3 * 4096 * 1024 + 3 * 4096 * 1024 + 4096 * 513)
+        + 15 * (4096 * 32 * 256 * 2 + 4096 * 2 * 256 * 2 + 32 * 256 * 4096) + 45 * GATED_DELTANET_397B
+        + QWEN35_VISION + 1152 * 4 * 4096,
+        status="pending", line="caches all 60 layers, not the 15 that attend",
     ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
