@@ -206,6 +206,9 @@ class Entry:
     line: str = ""
     """``refused``: key words of the planner's line. ``pending``: what the planner gets wrong."""
     note: str = ""
+    listed_as: str = ""
+    """The text-generation architecture vLLM's list names this repository under where its config names
+    another (Llama 4's multimodal wrapper, whose language model vLLM also serves alone)."""
 
 
 # fmt: off
@@ -404,7 +407,7 @@ ENTRIES: dict[str, Entry] = {
         # 36 of 48 layers attend within chunks of 8192; this config has no vision_config, counted without
         "Llama4ForConditionalGeneration",
         status="pending", line="leaves out the shared expert",
-        kv=2 * 48 * 8 * 128 * 2, params=LLAMA4_SCOUT_TEXT,
+        kv=2 * 48 * 8 * 128 * 2, params=LLAMA4_SCOUT_TEXT, listed_as="Llama4ForCausalLM",
     ),
     "meta-llama--Meta-Llama-3.1-405B": Entry(
         "LlamaForCausalLM", kv=2 * 126 * 8 * 128 * 2,
@@ -575,6 +578,12 @@ ENTRIES: dict[str, Entry] = {
         + 15 * (4096 * 32 * 256 * 2 + 4096 * 2 * 256 * 2 + 32 * 256 * 4096) + 45 * GATED_DELTANET_397B
         + QWEN35_VISION + 1152 * 4 * 4096,
         status="pending", line="caches all 60 layers, not the 15 that attend",
+    ),
+    "zai-org--GLM-4.5": Entry(
+        # 96 heads of 128, 8 KV heads; 3 dense layers, 89 of 160 experts of 1536, a shared one, a router
+        "Glm4MoeForCausalLM", kv=2 * 92 * 8 * 128 * 2,
+        params=151552 * 5120 * 2 + 92 * (5120 * 96 * 128 * 2 + 5120 * 8 * 128 * 2) + 3 * 3 * 5120 * 12288
+        + 89 * (160 * 3 * 5120 * 1536 + 3 * 5120 * 1536 + 5120 * 160),
     ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",

@@ -29,7 +29,7 @@ def table() -> str:
     """The whole of ``docs/COVERAGE.md``."""
     by_arch: dict[str, list[str]] = {}
     for name, entry in sorted(ENTRIES.items()):
-        by_arch.setdefault(entry.architecture, []).append(name)
+        by_arch.setdefault(entry.listed_as or entry.architecture, []).append(name)
     covered = [a for a in ARCHITECTURES if a in by_arch]
     statuses = Counter(e.status for e in ENTRIES.values())
     hybrids = sum(1 for e in ENTRIES.values() if e.architecture in HYBRID)
