@@ -59,7 +59,8 @@ def load(name: str) -> Repository:
 def test_every_corpus_repository_has_a_case() -> None:
     folders = sorted(p.name for p in CORPUS.iterdir() if p.is_dir())
     assert len(folders) >= 30
-    assert sorted([*CASES, *REFUSED]) == folders
+    # the rest are in corpus_registry.py, checked by test_corpus_registry.py
+    assert set(CASES) | set(REFUSED) <= set(folders)
 
 
 def near(got: float, want: float) -> bool:
