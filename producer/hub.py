@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planner.errors import InvalidInput
 from planner.quantconfig import original_quant
@@ -147,6 +147,17 @@ class HubEntry(BaseModel):
     """ModelOpt's ``hf_quant_config.json``, where the repository has one."""
     weights: dict[str, Any] | None = None
     """What the original's safetensors headers say (``WeightsReading.to_json``), where they were read."""
+
+    @field_validator("weights")
+    @classmethod
+    def _a_reading(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A damaged reading fails the entry, as any other damaged field does: it is asked for again."""
+        if value is not None:
+            try:
+                WeightsReading.from_json(value)
+            except (AttributeError, TypeError, ValueError) as e:
+                raise ValueError(f"not a reading of safetensors headers: {e}") from e
+        return value
 
     def to_json(self) -> str:
         # optional parts are left out where there are none, so entries read the same as before they were kept

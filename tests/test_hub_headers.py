@@ -82,3 +82,14 @@ def test_the_real_client_reads_a_header_by_its_first_bytes(r: redis.Redis, tmp_p
     assert repo.shape.params == 205_120 and repo.notes == ()
     entry = json.loads(r.get(Keys().hub(REPO, "main")) or b"")
     assert entry["weights"]["params_by_dtype"] == {"BF16": 205_120}
+
+
+def test_a_damaged_reading_in_the_cache_is_asked_for_again(r: redis.Redis) -> None:
+    key = Keys().hub(REPO, "main")
+    repo = resolve(REPO, cache=r, keys=Keys(), hub_client=HeadersHub({"model.safetensors": hybrid()}))
+    entry = json.loads(r.get(key) or b"")
+    entry["weights"]["params_by_dtype"] = ["BF16"]
+    r.set(key, json.dumps(entry))
+    hub = HeadersHub({"model.safetensors": hybrid()})
+    assert resolve(REPO, cache=r, keys=Keys(), hub_client=hub) == repo
+    assert hub.listings() == 1
