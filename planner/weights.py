@@ -208,7 +208,7 @@ def read_weights(data: Any, *, quant: str = "", source: str = "headers") -> Weig
     files = headers_by_file(data, source)
     count = sum(len(h) - ("__metadata__" in h) for h in files.values())
     if count > MAX_TENSORS:
-        raise InvalidInput(source, "(headers)", f"name {count:,} tensors, past the limit of {MAX_TENSORS:,}")
+        raise InvalidInput(source, "(headers)", f"hold {count:,} tensors, past the limit of {MAX_TENSORS:,}")
     tensors: dict[str, tuple[str, tuple[int, ...], int]] = {}
     notes: set[str] = set()
     for file, header in files.items():

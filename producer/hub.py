@@ -64,8 +64,9 @@ HUB_CACHE_TTL_S = 3600
 hour."""
 
 HUB_LOCK_TTL_S = 30
-"""How long the lock of one resolve lives: past the three requests a resolve makes, so a live holder keeps
-it; a holder that died frees it within this."""
+"""How long the lock of one resolve lives: past the three requests a resolve makes and its header reads
+(``HEADER_READS`` at a time: about 20 rounds of one range request for a model of 163 shards), so a live
+holder keeps it; a holder that died frees it within this."""
 
 HUB_LOCK_WAIT_S = 15.0
 """How long a caller waits for another's resolve to land in the cache before asking the Hub itself."""
