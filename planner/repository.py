@@ -7,7 +7,6 @@ A repository is a file listing (path and size, as the Hub's tree listing gives i
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import struct
@@ -25,13 +24,21 @@ from planner.pool import invalid_from
 from planner.quant import quant_of
 from planner.quantconfig import config_dtype, is_quantised, original_quant
 from planner.shape import MAX_CONFIG_DIMENSION, shape_from_config
+from planner.weighing import dtype_bytes, params_from_index, shape_of
+from planner.weights import MAX_HEADER_BYTES, WeightsReading, read_weights
 
-__all__ = ["MAX_CONFIG_DIMENSION", "Repository", "shape_from_config"]
+__all__ = [
+    "MAX_CONFIG_DIMENSION",
+    "Repository",
+    "dtype_bytes",
+    "params_from_index",
+    "shape_from_config",
+]
 
 MAX_FILE_BYTES = 1 << 50
 """A file size past a PiB is a typo, not a file."""
 
-SAFETENSORS_HEADER_LIMIT = 100 << 20
+SAFETENSORS_HEADER_LIMIT = MAX_HEADER_BYTES
 """The safetensors format caps its JSON header at 100 MB; a larger length prefix means a broken file."""
 
 _GGUF_SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
@@ -40,7 +47,6 @@ _NOT_MODEL_GGUF = ("mmproj", "imatrix")
 """Names of GGUF files that are no model: multimodal projectors and importance matrices (llama.cpp's
 llama-imatrix writes GGUF), wherever the word sits in the name."""
 _ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,9 @@ class Repository:
 
     artifacts: tuple[Artifact, ...]
     shape: Shape
+    notes: tuple[str, ...] = ()
+    """Where the weights' headers or sizes corrected the config's arithmetic, one line each
+    (``planner.weighing``); empty where nothing did."""
 
 
 class ListedFile(BaseModel):
@@ -162,6 +171,16 @@ def artifacts_from_listing(
     return out
 
 
+def original_safetensors(paths: Iterable[str]) -> list[str]:
+    """The files of the ``original`` artifact's safetensors, as ``artifacts_from_listing`` picks them: the
+    root ``*.safetensors`` but an adapter's, ``consolidated*`` ones only where there are no others."""
+    root = [p for p in paths if "/" not in p and p.lower().endswith(".safetensors")]
+    root = [p for p in root if p.lower() not in _ADAPTER_WEIGHTS]
+    if any(not p.lower().startswith("consolidated") for p in root):
+        root = [p for p in root if not p.lower().startswith("consolidated")]
+    return sorted(root)
+
+
 def _refuse_empty(f: ListedFile, source: str) -> None:
     if f.size <= 0:
         raise InvalidInput(source, "size", f"{f.path!r} is a weights file of {f.size} bytes")
@@ -184,35 +203,20 @@ def _listed(numbers: list[int]) -> str:
     return shown + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
 
 
-def dtype_bytes(config: Mapping[str, Any], hf_quant: Any = None) -> int:
-    """Bytes per weight of unquantised original weights by ``torch_dtype`` (newer configs: ``dtype``); 0
-    when unknown or when the weights are quantised (``quantization_config``, ``hf_quant_config.json``)."""
-    if is_quantised(original_quant(config, hf_quant)):
-        return 0
-    return _DTYPE_BYTES.get(config_dtype(config), 0)
-
-
-def params_from_index(index: Any, config: Mapping[str, Any], hf_quant: Any = None) -> int:
-    """The parameter count from ``model.safetensors.index.json``'s ``metadata.total_size`` (bytes) and the
-    weights' dtype; 0 when either is unknown."""
-    width = dtype_bytes(config, hf_quant)
-    meta = index.get("metadata") if isinstance(index, Mapping) else None
-    total = meta.get("total_size") if isinstance(meta, Mapping) else None
-    if not width or isinstance(total, bool) or not isinstance(total, int | float) or not 0 < total < 1 << 60:
-        return 0
-    return int(total) // width
-
-
-def _as_loaded(artifacts: list[Artifact], config: Any, hf_quant: Any, params: int) -> tuple[Artifact, ...]:
+def _as_loaded(
+    artifacts: list[Artifact], config: Any, hf_quant: Any, params: int, reading: WeightsReading | None = None
+) -> tuple[Artifact, ...]:
     """The original weights named for what they are (``bf16``, ``fp16``, ``fp8``, ``awq-int4``, ...); an
     fp32 original is loaded by vLLM in 16 bits (dtype ``auto`` turns float32 into float16, bfloat16 since
     v0.10.1: ``_get_and_verify_dtype``, vllm/config/model.py), so it holds half its files' bytes. A config
     that names no dtype (GPT-2's) vLLM takes as float32, and newer releases read the safetensors' own
     dtype: here such an original is fp32 where its files hold more than three bytes a parameter, else
-    bf16."""
+    bf16. Where the config names no quantisation and the weights' headers show one (``fp8``), it is that."""
     if not isinstance(config, Mapping):
         return tuple(artifacts)
     quant = original_quant(config, hf_quant)
+    if not is_quantised(quant) and reading is not None and reading.quant():
+        quant = reading.quant()
     out = []
     for a in artifacts:
         if a.name == ORIGINAL and a.format != "gguf":
@@ -224,32 +228,50 @@ def _as_loaded(artifacts: list[Artifact], config: Any, hf_quant: Any, params: in
     return tuple(out)
 
 
+def _original_bytes(artifacts: Sequence[Artifact]) -> int:
+    return sum(a.bytes for a in artifacts if a.name == ORIGINAL)
+
+
 def _base_model(adapter: Any) -> str:
     base = adapter.get("base_model_name_or_path") if isinstance(adapter, Mapping) else None
     return base[:200] if isinstance(base, str) else ""
 
 
 def repository_from_listing(
-    files: Any, config: Any, index: Any = None, *, hf_quant: Any = None, adapter: Any = None, source: str = "files"
+    files: Any,
+    config: Any,
+    index: Any = None,
+    *,
+    hf_quant: Any = None,
+    adapter: Any = None,
+    source: str = "files",
+    headers: Any = None,
+    weights: WeightsReading | None = None,
 ) -> Repository:
     """A repository from a listing's JSON data, its ``config.json`` data and, where there is one, its
     ``model.safetensors.index.json`` data (which tells the parameter count of 16-bit weights), ModelOpt's
     ``hf_quant_config.json`` data (which tells a quantisation that ``config.json`` does not) and an
-    ``adapter_config.json`` (which names the base model of a repository that is only an adapter)."""
+    ``adapter_config.json`` (which names the base model of a repository that is only an adapter).
+
+    The original's safetensors ``headers`` (any shape ``planner.weights.read_weights`` takes), or what was
+    read of them (``weights``), make the parameter count exact and correct the config's KV cache
+    arithmetic where they disagree (``planner.weighing``)."""
     if adapter is None and isinstance(config, Mapping) and "peft_type" in config:
         adapter = config  # an adapter_config.json given as the config
     artifacts = artifacts_from_listing(parse_listing(files, source), source, base_model=_base_model(adapter))
-    params = params_from_index(index, config, hf_quant) if isinstance(config, Mapping) else 0
-    shape = shape_from_config(config, params=params)
-    return Repository(_as_loaded(artifacts, config, hf_quant, shape.params), shape)
+    if weights is None and headers is not None and isinstance(config, Mapping):
+        weights = read_weights(headers, quant=original_quant(config, hf_quant), source=f"{source} headers")
+    shape, notes = shape_of(config, index, hf_quant, _original_bytes(artifacts), weights, "config.json")
+    return Repository(_as_loaded(artifacts, config, hf_quant, shape.params, weights), shape, notes)
 
 
 def repository_from_folder(folder: str | os.PathLike[str]) -> Repository:
     """A repository from a local folder (a downloaded snapshot): sizes from disk, ``config.json`` inside.
 
     Hidden entries (``.cache``, ``.git``) are skipped and links followed, as the Hub's cache keeps a
-    snapshot's files as links to its blobs. The parameter count comes from the safetensors headers
-    where the weights are unquantised, else from the index, else from the config's shapes. A folder of
+    snapshot's files as links to its blobs. The parameter count comes from the original's safetensors
+    headers (read without the data: ``planner.weights``), else from the index, else from the config's
+    shapes; the headers' KV layers win over the config's where they disagree. A folder of
     GGUF files with no ``config.json`` (as most quantised repositories are) takes its shape and parameter
     count from the first GGUF file's header.
     """
@@ -275,22 +297,16 @@ def repository_from_folder(folder: str | os.PathLike[str]) -> Repository:
     artifacts = [a for a in artifacts if not _is_projector(root, a, listing)]
     if config is None:
         return Repository(tuple(artifacts), _shape_from_gguf_files(root, artifacts, listing))
-    params = 0
-    if isinstance(config, Mapping) and dtype_bytes(config, hf_quant):
-        original = [
-            root / f["path"] for f in listing if f["path"].lower().endswith(".safetensors") and "/" not in f["path"]
-        ]
-        if any(a.name == ORIGINAL and a.format == "safetensors" for a in artifacts):
-            params = sum(
-                safetensors_params(p)
-                for p in original
-                if not p.name.lower().startswith("consolidated") or len(original) == 1
-            )
-        if not params:
-            index = _read_json(root / "model.safetensors.index.json", required=False)
-            params = params_from_index(index, config, hf_quant)
-    shape = shape_from_config(config, params=params, source=str(root / "config.json"))
-    return Repository(_as_loaded(artifacts, config, hf_quant, shape.params), shape)
+    reading = None
+    if isinstance(config, Mapping) and any(a.name == ORIGINAL and a.format == "safetensors" for a in artifacts):
+        files = original_safetensors(f["path"] for f in listing)
+        headers = {name: safetensors_header(root / name) for name in files}
+        reading = read_weights(headers, quant=original_quant(config, hf_quant), source=str(root))
+    index = None
+    if reading is None or not reading.params:
+        index = _read_json(root / "model.safetensors.index.json", required=False)
+    shape, notes = shape_of(config, index, hf_quant, _original_bytes(artifacts), reading, str(root / "config.json"))
+    return Repository(_as_loaded(artifacts, config, hf_quant, shape.params, reading), shape, notes)
 
 
 PROJECTOR_ARCHITECTURES = ("clip", "mmproj")
@@ -327,8 +343,9 @@ def _shape_from_gguf_files(root: Path, artifacts: Sequence[Artifact], listing: S
     return replace(shape, params=sum(h.params for h in headers))
 
 
-def safetensors_params(path: Path) -> int:
-    """The number of values in a safetensors file, from its header alone."""
+def safetensors_header(path: Path) -> dict[str, Any]:
+    """A safetensors file's header (tensor names to ``{dtype, shape, data_offsets}``), read without the
+    data: the first 8 bytes say its length."""
     with path.open("rb") as f:
         head = f.read(8)
         if len(head) < 8:
@@ -342,15 +359,7 @@ def safetensors_params(path: Path) -> int:
             raise InvalidInput(str(path), "(header)", f"not JSON: {e}") from e
     if not isinstance(header, dict):
         raise InvalidInput(str(path), "(header)", "not a JSON object")
-    total = 0
-    for name, tensor in header.items():
-        if name == "__metadata__":
-            continue
-        shape = tensor.get("shape") if isinstance(tensor, dict) else None
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise InvalidInput(str(path), f"{name}.shape", f"not a list of sizes (given {shape!r})")
-        total += math.prod(shape)
-    return total
+    return header
 
 
 def _read_json(path: Path, *, required: bool) -> Any:

@@ -51,6 +51,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps([o.to_json() for o in by_estimate[chosen]], indent=2))
     else:
         print(options_table(by_estimate[chosen]))
+        for note in repo.notes:
+            print(f"note: {note}")
         print()
         print(estimates_text(by_estimate, chosen))
     return 0
@@ -205,6 +207,12 @@ def _add_repository_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="CONFIG.json", help="the model's config.json")
     p.add_argument("--index", metavar="INDEX.json", help="model.safetensors.index.json, for the parameter count")
     p.add_argument("--quant-config", metavar="HF_QUANT_CONFIG.json", help="ModelOpt's hf_quant_config.json, if any")
+    p.add_argument(
+        "--headers",
+        metavar="HEADERS.json",
+        help="the safetensors headers ({file: header}, or get_safetensors_metadata's shape): exact parameters "
+        "and the layers that cache keys and values",
+    )
     p.add_argument(
         "--repo",
         metavar="DIR|ORG/NAME",

@@ -1,10 +1,12 @@
 """A Hugging Face Hub repository (``org/name`` at a revision) as the planner's ``Repository``.
 
 What the planner needs of a repository is its file listing (paths and sizes), its ``config.json`` and,
-where there is one, its ``model.safetensors.index.json``. ``resolve`` asks the Hub for them through
-``huggingface_hub`` and caches them in Redis under ``Keys.hub`` for ``HUB_CACHE_TTL_S``, so that a thousand
-jobs for one model ask the Hub once. ``huggingface_hub`` is imported only on a cache miss: a producer
-without it still uses what another one cached.
+where there is one, its ``model.safetensors.index.json``; where the client can, the original's safetensors
+headers too (range reads of each shard's first bytes), which make the parameter count exact and tell which
+layers cache keys and values (``planner.weights``). ``resolve`` asks the Hub for them through
+``huggingface_hub`` and caches them in Redis under ``Keys.hub`` for ``HUB_CACHE_TTL_S`` (the headers as
+what was read of them), so that a thousand jobs for one model ask the Hub once. ``huggingface_hub`` is
+imported only on a cache miss: a producer without it still uses what another one cached.
 
 Many callers missing the cache at once (a batch submitting one new model) do not all ask the Hub: the first
 takes a short lock (``Keys.lock``) and asks; the others look at the cache every ``HUB_LOCK_POLL_S`` and,
@@ -19,37 +21,52 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
-import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planner.errors import InvalidInput
-from planner.repository import MAX_FILE_BYTES, Repository, parse_listing, repository_from_listing
-from producer.errors import HubClientMissing, HubError, HubRepoNotFound, HubUnavailable
+from planner.quantconfig import original_quant
+from planner.repository import (
+    MAX_FILE_BYTES,
+    Repository,
+    original_safetensors,
+    parse_listing,
+    repository_from_listing,
+)
+from planner.weights import WeightsReading, read_weights
+from producer.errors import HubClientMissing, HubError, HubUnavailable
+from producer.hubclient import HUB_REQUEST_TIMEOUT_S, HfHubClient, HubClient, HubListing, named_error
 from worker.errors import redis_failure
 from worker.keys import ID_PATTERN, Keys
 from worker.records import utcnow
+
+__all__ = [
+    "HUB_CACHE_TTL_S",
+    "HUB_REQUEST_TIMEOUT_S",
+    "HfHubClient",
+    "HubClient",
+    "HubEntry",
+    "HubListing",
+    "check_repo_id",
+    "check_revision",
+    "looks_like_repo_id",
+    "resolve",
+]
 
 HUB_CACHE_TTL_S = 3600
 """How long a resolved repository is cached: listings change rarely, and a new upload shows within the
 hour."""
 
-HUB_REQUEST_TIMEOUT_S = 10.0
-"""How long one request to the Hub may take (the listing, then each small JSON file): far past a normal
-answer, short enough that an offline caller hears so within seconds."""
-
 HUB_LOCK_TTL_S = 30
-"""How long the lock of one resolve lives: past the three requests a resolve makes, so a live holder keeps
-it; a holder that died frees it within this."""
+"""How long the lock of one resolve lives: past the three requests a resolve makes and its header reads
+(``HEADER_READS`` at a time: about 20 rounds of one range request for a model of 163 shards), so a live
+holder keeps it; a holder that died frees it within this."""
 
 HUB_LOCK_WAIT_S = 15.0
 """How long a caller waits for another's resolve to land in the cache before asking the Hub itself."""
@@ -100,146 +117,6 @@ def check_revision(revision: str) -> str:
     return revision
 
 
-# --- what the Hub is asked ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class HubListing:
-    """A repository's files at one commit: ``files`` as ``[{"path", "size"}]`` (other keys and folders, as
-    ``{"type": "directory"}``, are left out when read)."""
-
-    commit: str
-    files: Sequence[Mapping[str, Any]]
-
-
-class HubClient(Protocol):
-    """What ``resolve`` needs of the Hub; ``HfHubClient`` is the real one, tests give a stub.
-
-    Either method raises ``HubRepoNotFound`` when the Hub says the repository or revision is not there
-    for this caller, and ``HubUnavailable`` (or any ``OSError``: ``ConnectionError``, ``TimeoutError``)
-    when the Hub cannot be asked.
-    """
-
-    def list_files(self, repo_id: str, revision: str) -> HubListing:
-        """Every file of the repository at ``revision``, with its size, and the commit that revision is."""
-        ...
-
-    def read_json(self, repo_id: str, filename: str, revision: str) -> Any:
-        """The JSON data of one file of the repository at ``revision`` (``resolve`` passes the commit that
-        ``list_files`` reported), or None when it has no such file."""
-        ...
-
-
-class HfHubClient:
-    """``HubClient`` over ``huggingface_hub``: ``HfApi.model_info`` with file sizes for the listing (one
-    request, which also tells the commit, so the JSON files are read from that same commit), and
-    ``hf_hub_download`` for the JSON files (kept in the Hub's own cache on disk, ``cache_dir`` or
-    ``HF_HOME``). The token is ``HF_TOKEN`` or the saved login unless one is given.
-
-    Raises ``ImportError`` when ``huggingface_hub`` is not installed.
-    """
-
-    def __init__(
-        self,
-        *,
-        token: str | None = None,
-        endpoint: str | None = None,
-        cache_dir: str | None = None,
-        timeout: float = HUB_REQUEST_TIMEOUT_S,
-    ) -> None:
-        # Imported by name, not by an import statement: the package is optional, and mypy checks this
-        # module the same whether it is installed or not.
-        self._hub: Any = importlib.import_module("huggingface_hub")
-        self._errors: Any = importlib.import_module("huggingface_hub.errors")
-        self._api: Any = self._hub.HfApi(endpoint=endpoint, token=token)
-        self._token = token
-        self._endpoint = endpoint
-        self._cache_dir = cache_dir
-        self._timeout = timeout
-        # The HTTP library's own errors (requests before huggingface_hub 1.0, httpx after) are the bases of
-        # the Hub's HTTP error; connection failures and timeouts are raised as those, not as OSError.
-        self._transport: tuple[type[BaseException], ...] = tuple(
-            c
-            for c in self._errors.HfHubHTTPError.__mro__
-            if c.__module__.partition(".")[0] not in ("builtins", "huggingface_hub")
-        )
-
-    def list_files(self, repo_id: str, revision: str) -> HubListing:
-        try:
-            info = self._api.model_info(repo_id, revision=revision, files_metadata=True, timeout=self._timeout)
-        except Exception as e:
-            ours = self._ours(e, repo_id, revision)
-            if ours is None:
-                raise
-            raise ours from e
-        files = [{"path": s.rfilename, "size": _sibling_size(s)} for s in info.siblings or ()]
-        return HubListing(commit=info.sha or revision, files=files)
-
-    def read_json(self, repo_id: str, filename: str, revision: str) -> Any:
-        try:
-            path = self._hub.hf_hub_download(
-                repo_id,
-                filename,
-                revision=revision,
-                token=self._token,
-                endpoint=self._endpoint,
-                cache_dir=self._cache_dir,
-                etag_timeout=self._timeout,
-            )
-        except Exception as e:
-            errors = self._errors
-            if isinstance(e, errors.EntryNotFoundError) and not isinstance(e, errors.LocalEntryNotFoundError):
-                return None
-            ours = self._ours(e, repo_id, revision)
-            if ours is None:
-                raise
-            raise ours from e
-        try:
-            return json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise InvalidInput(f"{repo_id}@{revision}", filename, f"not JSON: {e}") from e
-
-    def _ours(self, e: Exception, repo_id: str, revision: str) -> HubError | None:
-        """The error of ours that a ``huggingface_hub`` error means; None for one that is not about the Hub."""
-        errors = self._errors
-        if isinstance(e, errors.GatedRepoError):
-            return HubRepoNotFound(repo_id, revision, "gated")
-        if isinstance(e, errors.RepositoryNotFoundError):
-            return HubRepoNotFound(repo_id, revision, "missing")
-        if isinstance(e, errors.RevisionNotFoundError):
-            return HubRepoNotFound(repo_id, revision, "revision")
-        if isinstance(e, getattr(errors, "DisabledRepoError", ())):
-            return HubRepoNotFound(repo_id, revision, "disabled")
-        if isinstance(e, errors.OfflineModeIsEnabled):
-            return HubUnavailable(repo_id, revision, "HF_HUB_OFFLINE is set")
-        if isinstance(e, errors.LocalEntryNotFoundError) and isinstance(e.__cause__, Exception):
-            # hf_hub_download reports a failed request as "not in the local cache", caused by the real one.
-            return self._ours(e.__cause__, repo_id, revision) or HubUnavailable(repo_id, revision, _named(e.__cause__))
-        status = getattr(getattr(e, "response", None), "status_code", None)
-        if isinstance(e, errors.HfHubHTTPError) and isinstance(status, int):
-            token = "; check HF_TOKEN" if status in (401, 403) else ""
-            return HubUnavailable(repo_id, revision, f"the Hub answered {status}: {_first_line(e)}{token}")
-        if isinstance(e, (OSError, *self._transport)):
-            return HubUnavailable(repo_id, revision, _named(e))
-        return None
-
-
-def _sibling_size(sibling: Any) -> int:
-    size = sibling.size
-    if size is None and sibling.lfs is not None:
-        size = getattr(sibling.lfs, "size", None)
-    return int(size or 0)
-
-
-def _named(e: BaseException) -> str:
-    return f"{type(e).__name__}: {_first_line(e)}"
-
-
-def _first_line(e: BaseException) -> str:
-    line = (str(e).strip().splitlines() or [""])[0]
-    return line if len(line) <= 200 else line[:197] + "..."
-
-
 # --- what the cache holds -------------------------------------------------------------------------------
 
 
@@ -269,10 +146,24 @@ class HubEntry(BaseModel):
     index: dict[str, Any] | None = None
     hf_quant: dict[str, Any] | None = None
     """ModelOpt's ``hf_quant_config.json``, where the repository has one."""
+    weights: dict[str, Any] | None = None
+    """What the original's safetensors headers say (``WeightsReading.to_json``), where they were read."""
+
+    @field_validator("weights")
+    @classmethod
+    def _a_reading(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A damaged reading fails the entry, as any other damaged field does: it is asked for again."""
+        if value is not None:
+            try:
+                WeightsReading.from_json(value)
+            except (AttributeError, TypeError, ValueError) as e:
+                raise ValueError(f"not a reading of safetensors headers: {e}") from e
+        return value
 
     def to_json(self) -> str:
-        # hf_quant is left out where there is none, so entries read the same as before it was kept
-        return self.model_dump_json(exclude={"hf_quant"} if self.hf_quant is None else None)
+        # optional parts are left out where there are none, so entries read the same as before they were kept
+        empty = {name for name in ("hf_quant", "weights") if getattr(self, name) is None}
+        return self.model_dump_json(exclude=empty or None)
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> HubEntry:
@@ -285,6 +176,7 @@ class HubEntry(BaseModel):
             self.index,
             hf_quant=self.hf_quant,
             source=f"{self.repo_id}@{self.revision}",
+            weights=WeightsReading.from_json(self.weights) if self.weights is not None else None,
         )
 
 
@@ -388,10 +280,14 @@ def _fetch(repo_id: str, revision: str, hub_client: HubClient | None) -> HubEntr
         adapter = None
         if config is None and ADAPTER_FILE in present:
             adapter = _read_json(hub, repo_id, revision, listing.commit, ADAPTER_FILE)
+        weights = None
+        originals = original_safetensors(present)
+        if isinstance(config, Mapping) and originals:
+            weights = _read_headers(hub, repo_id, listing.commit, originals, original_quant(config, quant), source)
     except HubError:
         raise
     except OSError as e:
-        raise HubUnavailable(repo_id, revision, _named(e)) from e
+        raise HubUnavailable(repo_id, revision, named_error(e)) from e
     if adapter is not None:  # an adapter alone: refused naming its base model
         repository_from_listing([f.model_dump() for f in files], None, adapter=adapter, source=source)
     if config is None:
@@ -403,7 +299,9 @@ def _fetch(repo_id: str, revision: str, hub_client: HubClient | None) -> HubEntr
         )
     # Only the index's metadata (its total size) counts; its weight map can run to megabytes.
     meta = index.get("metadata") if isinstance(index, Mapping) else None
-    repository_from_listing([f.model_dump() for f in files], config, index, hf_quant=quant, source=source)
+    repository_from_listing(
+        [f.model_dump() for f in files], config, index, hf_quant=quant, source=source, weights=weights
+    )
     return HubEntry(
         repo_id=repo_id,
         revision=revision,
@@ -413,7 +311,26 @@ def _fetch(repo_id: str, revision: str, hub_client: HubClient | None) -> HubEntr
         config=dict(config),
         index={"metadata": dict(meta)} if isinstance(meta, Mapping) else None,
         hf_quant=dict(quant) if isinstance(quant, Mapping) else None,
+        weights=weights.to_json() if weights is not None else None,
     )
+
+
+def _read_headers(
+    hub: HubClient, repo_id: str, commit: str, files: Sequence[str], quant: str, source: str
+) -> WeightsReading | None:
+    """What the original's safetensors headers say, where the client reads them (``safetensors_headers``,
+    which a client may lack) and they can be read; None otherwise, and the config's arithmetic stands."""
+    reader = getattr(hub, "safetensors_headers", None)
+    if reader is None:
+        return None
+    headers = reader(repo_id, commit, files)
+    if headers is None:
+        return None
+    try:
+        reading = read_weights(headers, quant=quant, source=f"{source} headers")
+    except InvalidInput:
+        return None  # a file the Hub holds that is no safetensors: the config still plans it
+    return reading if reading.params else None
 
 
 def _read_json(hub: HubClient, repo_id: str, revision: str, commit: str, filename: str) -> Any:

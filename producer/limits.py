@@ -1,7 +1,9 @@
-"""Bounds on what the client reads before it plans: listings, configs and indexes, by size and by count.
+"""Bounds on what the client reads before it plans: listings, configs, indexes and safetensors headers, by
+size and by count.
 
 A repository's listing is at most a few thousand files, its ``config.json`` a few KiB, and the largest
-``model.safetensors.index.json`` on the Hub maps some 100,000 tensors in under 10 MiB. Each bound sits far
+``model.safetensors.index.json`` on the Hub maps some 100,000 tensors in under 10 MiB (their headers, with
+dtypes and shapes, about twice that; ``planner.weights`` refuses more than a million tensors). Each bound sits far
 past those, and is checked before anything is parsed, so that a 100 MB listing is refused at once rather
 than after half a minute and gigabytes. Each can be raised by its environment variable, which the refusal
 names.
@@ -22,6 +24,7 @@ LIMITS: dict[str, int] = {
     "listing_bytes": 16 * MiB,
     "config_bytes": 4 * MiB,
     "index_bytes": 64 * MiB,
+    "headers_bytes": 128 * MiB,
     "pool_bytes": 64 * MiB,
     "listing_entries": 100_000,
     "index_entries": 1_000_000,

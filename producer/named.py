@@ -1,5 +1,6 @@
-"""The repository a command names (``--repo``, or ``--files`` with ``--config``), read with the bounds
-the client sets on what it reads."""
+"""The repository a command names (``--repo``, or ``--files`` with ``--config`` and optionally
+``--index``, ``--quant-config`` and the safetensors ``--headers``), read with the bounds the client sets on
+what it reads."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def read_json(path: str, what: str, bound: str) -> Any:
 def load_repository(args: argparse.Namespace, client: Client | None = None) -> Repository:
     """The repository a command names: a local folder, a Hub repository (``org/name``, cached in Redis
     when the command has a client), or a listing with its config."""
-    if args.repo and (args.files or args.config or args.index):
+    if args.repo and (args.files or args.config or args.index or args.headers):
         # which one was meant cannot be told; taking one quietly would plan a model the person did not name
         raise InvalidInput("arguments", "--repo", "give either --repo or --files with --config, not both")
     if args.repo:
@@ -55,8 +56,9 @@ def load_repository(args: argparse.Namespace, client: Client | None = None) -> R
         raise InvalidInput("arguments", "--files/--config", "give both --files and --config, or --repo DIR")
     index = read_json(args.index, "--index", "index_bytes") if args.index else None
     quant = read_json(args.quant_config, "--quant-config", "config_bytes") if args.quant_config else None
+    headers = read_json(args.headers, "--headers", "headers_bytes") if args.headers else None
     files = read_json(args.files, "--files", "listing_bytes")
     check_listing(files, args.files)
     check_index(index, args.index or "")
     config = read_json(args.config, "--config", "config_bytes")
-    return repository_from_listing(files, config, index, hf_quant=quant, source=args.files)
+    return repository_from_listing(files, config, index, hf_quant=quant, source=args.files, headers=headers)

@@ -50,11 +50,15 @@ def request_from_repository(
     )
 
 
-def request_from_listing(files: Any, config: Any, index: Any = None, *, model: str, **kw: Any) -> ServeRequest:
-    """A serve request for a repository given as its file listing and ``config.json`` data."""
+def request_from_listing(
+    files: Any, config: Any, index: Any = None, *, model: str, headers: Any = None, **kw: Any
+) -> ServeRequest:
+    """A serve request for a repository given as its file listing and ``config.json`` data, and where they
+    are at hand its safetensors ``headers`` (``planner.weights``): the request carries the shape they
+    correct, not the headers."""
     check_listing(files)
     check_index(index)
-    return request_from_repository(repository_from_listing(files, config, index), model=model, **kw)
+    return request_from_repository(repository_from_listing(files, config, index, headers=headers), model=model, **kw)
 
 
 def request_from_folder(folder: str, *, model: str | None = None, **kw: Any) -> ServeRequest:

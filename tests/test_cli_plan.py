@@ -170,3 +170,66 @@ def test_a_modelopt_quant_config_names_the_originals_quant(tmp_path: Path) -> No
     assert repo.artifacts[-1].quant == "fp8"
     # the index's total is no 16-bit count then: the parameters come from the config's shapes
     assert repo.shape.params == 70_553_706_496
+
+
+def write_hybrid(tmp_path: Path) -> list[str]:
+    """A listing, a config read as a Llama's (every layer caching keys and values) and the headers of a
+    hybrid whose layers 3 and 7 alone hold attention."""
+    from tests.planner.test_weighing import hybrid, hybrid_config
+
+    (tmp_path / "files.json").write_text(json.dumps([{"path": "model.safetensors", "size": 600_000}]))
+    (tmp_path / "config.json").write_text(json.dumps(hybrid_config()))
+    (tmp_path / "headers.json").write_text(json.dumps({"model.safetensors": hybrid()}))
+    return ["--files", str(tmp_path / "files.json"), "--config", str(tmp_path / "config.json")]
+
+
+def test_headers_on_a_listing_correct_the_kv_layers_and_say_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["plan", "--pool", POOL, *write_hybrid(tmp_path), "--context", "2048"]
+    repo = load_repository(parser().parse_args([*args, "--headers", str(tmp_path / "headers.json")]))
+    assert repo.shape.kv_bytes_per_token == 256  # 2 layers of 64 values, 2 bytes each: not the config's 8
+    assert load_repository(parser().parse_args(args)).shape.kv_bytes_per_token == 1024
+    assert main([*args, "--headers", str(tmp_path / "headers.json")]) == 0
+    out = capsys.readouterr().out
+    assert "note: KV cache from the weights' headers: 256 bytes a token (2 of 8 layers" in out
+
+
+def test_headers_past_their_bound_or_beside_a_repo_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["plan", "--pool", POOL, *write_hybrid(tmp_path), "--headers", str(tmp_path / "headers.json")]
+    monkeypatch.setenv("MODELPLAN_LIMIT_HEADERS_BYTES", "100")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--headers: is " in err and "MODELPLAN_LIMIT_HEADERS_BYTES" in err and err.count("\n") == 1
+    monkeypatch.delenv("MODELPLAN_LIMIT_HEADERS_BYTES")
+    repo = ["--repo", str(EXAMPLES / "models" / "tiny-llama-safetensors")]
+    assert main(["plan", "--pool", POOL, *repo, "--headers", str(tmp_path / "headers.json")]) == 2
+    assert "give either --repo or --files with --config" in capsys.readouterr().err
+
+
+def test_an_fp8_listing_at_half_size_plans_at_eight_bits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = EXAMPLES / "models" / "llama-3.1-8b-instruct"
+    files = json.loads((d / "files.json").read_text())
+    half = [{**f, "size": f["size"] // 2} if f["path"].endswith(".safetensors") else f for f in files]
+    (tmp_path / "files.json").write_text(json.dumps(half))
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    index["metadata"]["total_size"] //= 2
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    args = ["--files", str(tmp_path / "files.json"), "--config", str(d / "config.json")]
+    assert main(["plan", "--pool", POOL, *args, "--index", str(tmp_path / "index.json"), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got and all(o["bits_per_weight"] == pytest.approx(8.0, abs=0.05) for o in got)
+
+
+def test_a_serve_request_carries_the_shape_the_headers_correct() -> None:
+    from producer.client import request_from_listing
+    from tests.planner.test_weighing import hybrid, hybrid_config
+
+    files = [{"path": "model.safetensors", "size": 600_000}]
+    request = request_from_listing(
+        files, hybrid_config(), model="hybrid", context=2048, headers={"model.safetensors": hybrid()}
+    )
+    assert request.shape.kv_bytes_per_token == 256
+    assert request_from_listing(files, hybrid_config(), model="hybrid", context=2048).shape.kv_bytes_per_token == 1024

@@ -1,0 +1,110 @@
+"""Where the weights correct the config's arithmetic: the parameter count, the KV cache, the bits.
+
+A config says what a family's rules make of it; the weights' headers (``planner.weights``) say what the
+files hold. Where both are at hand and they disagree, the weights win, and the repository says so in its
+``notes``. Without headers the files' sizes still tell one thing: an original whose files hold half the
+bytes its config's dtype implies (an FP8 checkpoint whose quantisation only ``hf_quant_config.json``
+describes) is planned at the bits its bytes give, not at the dtype's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from planner.constants import KV_BYTES_PER_ELEMENT
+from planner.model import Shape
+from planner.quantconfig import config_dtype, is_quantised, original_quant
+from planner.shape import shape_from_config
+from planner.weights import WeightsReading
+
+BYTES_TRUSTED = 0.7
+"""How far below the config's dtype the files' bytes a parameter may fall before the dtype is doubted:
+between 8-bit weights (0.5 of 16) and 16-bit ones with the layers a count leaves out."""
+
+_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+def dtype_bytes(config: Mapping[str, Any], hf_quant: Any = None) -> int:
+    """Bytes per weight of unquantised original weights by ``torch_dtype`` (newer configs: ``dtype``); 0
+    when unknown or when the weights are quantised (``quantization_config``, ``hf_quant_config.json``)."""
+    if is_quantised(original_quant(config, hf_quant)):
+        return 0
+    return _DTYPE_BYTES.get(config_dtype(config), 0)
+
+
+def params_from_index(index: Any, config: Mapping[str, Any], hf_quant: Any = None) -> int:
+    """The parameter count from ``model.safetensors.index.json``'s ``metadata.total_size`` (bytes) and the
+    weights' dtype; 0 when either is unknown."""
+    width = dtype_bytes(config, hf_quant)
+    meta = index.get("metadata") if isinstance(index, Mapping) else None
+    total = meta.get("total_size") if isinstance(meta, Mapping) else None
+    if not width or isinstance(total, bool) or not isinstance(total, int | float) or not 0 < total < 1 << 60:
+        return 0
+    return int(total) // width
+
+
+Notes = tuple[str, ...]
+"""Where the weights corrected the config's arithmetic, one line each; empty where nothing did."""
+
+
+def shape_of(
+    config: Any, index: Any, hf_quant: Any, original_bytes: int, reading: WeightsReading | None, source: str
+) -> tuple[Shape, Notes]:
+    """The shape by the config, its parameters from the weights' headers where they tell them, else from
+    the index's total (unless the files' sizes belie the config's dtype), else from the config's shapes;
+    and the notes on what the weights corrected."""
+    if not isinstance(config, Mapping) or (reading is not None and reading.params):
+        shape = shape_from_config(config, params=reading.params if reading else 0, source=source)
+        return with_weights(shape, reading) if reading else (shape, ())
+    counted = shape_from_config(config, source=source)
+    params = params_from_index(index, config, hf_quant)
+    shape = replace(counted, params=params or counted.params)
+    shape, notes = against_files(shape, counted.params, original_bytes, dtype_bytes(config, hf_quant))
+    if reading is None:
+        return shape, notes
+    shape, more = with_weights(shape, reading)
+    return shape, (*notes, *more)
+
+
+def with_weights(shape: Shape, reading: WeightsReading) -> tuple[Shape, Notes]:
+    """``shape`` with the weights' parameter count, and their KV cache where it differs from the config's
+    arithmetic: the widths of their key/value projections where each KV layer's is known, else the
+    config's per-layer bytes over the layers that carry one. Sliding-window bytes follow in proportion."""
+    notes: list[str] = []
+    kv, windows = shape.kv_bytes_per_token, shape.windows
+    count = len(reading.kv_layers)
+    if count and shape.layers and kv:
+        values = reading.kv_values_per_token
+        new = values * KV_BYTES_PER_ELEMENT if values else kv * count // shape.layers
+        if new != kv:
+            held = f"{count} of {reading.layers} layers hold key/value projections"
+            if values:
+                held += f", {values:,} values a token by their shapes"
+            notes.append(
+                f"KV cache from the weights' headers: {new:,} bytes a token ({held}); the config's arithmetic "
+                f"gave {kv:,} over {shape.layers} layers"
+            )
+            windows = tuple((w, b * new // kv) for w, b in windows)
+            kv = new
+    shape = replace(shape, params=reading.params or shape.params, kv_bytes_per_token=kv, windows=windows)
+    return shape, (*notes, *reading.notes)
+
+
+def against_files(shape: Shape, counted: int, files_bytes: int, dtype_bytes: int) -> tuple[Shape, Notes]:
+    """``shape`` (its parameters from the index's total over the config's dtype, or from the config's
+    shapes) checked against the original's files: where they hold well under ``dtype_bytes`` a parameter
+    of the ``counted`` (the config's shapes), the index's total is no 16-bit count and the parameters are
+    the counted ones, so that the bits per weight follow the bytes; a note says so."""
+    if not dtype_bytes or not counted or not files_bytes:
+        return shape, ()
+    params = shape.params if shape.params >= BYTES_TRUSTED * counted else counted
+    bits = files_bytes * 8 / params
+    if bits >= BYTES_TRUSTED * dtype_bytes * 8:
+        return replace(shape, params=params), ()
+    note = (
+        f"the original's files hold {bits:.1f} bits a weight, not the {dtype_bytes * 8} of the config's dtype: "
+        "a quantisation its config.json does not name (hf_quant_config.json?); planned at the files' bits"
+    )
+    return replace(shape, params=params), (note,)
