@@ -283,13 +283,13 @@ ALIASES: dict[str, tuple[str, ...]] = {
     # vLLM reads the same alternatives: get_total_num_kv_heads (n_head_kv, num_kv_heads,
     # num_key_value_heads, multi_query_group_num) and _get_and_verify_max_len's possible keys
     # (vllm/config/model.py, v0.10); the rest are the attribute_maps of GPT2Config, GPTJConfig,
-    # FalconConfig and ChatGLMConfig
+    # FalconConfig and ChatGLMConfig, and Nemotron-H's attention_head_dim (NemotronHConfig)
     "num_hidden_layers": ("n_layer", "num_layers", "n_layers"),
     "num_attention_heads": ("n_head", "n_heads"),
     "hidden_size": ("n_embd", "n_embed", "d_model"),
     "num_key_value_heads": ("n_head_kv", "num_kv_heads"),
     "intermediate_size": ("ffn_hidden_size", "n_inner"),
-    "head_dim": ("kv_channels",),
+    "head_dim": ("kv_channels", "attention_head_dim"),
     "vocab_size": ("padded_vocab_size",),
 }
 

@@ -1,0 +1,92 @@
+"""The parts of a layer other than attention: a Mamba-2 mixer or a gated DeltaNet (linear attention), their
+parameters as the transformers modeling code builds them and the fixed state per sequence that vLLM
+keeps for them in place of a KV cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from planner.configs import LanguageConfig
+from planner.layers import Layer
+
+STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+"""The SSM state's bytes per value where the config names its dtype (``mamba_ssm_cache_dtype``, which
+vLLM's NemotronH config hook copies into ``cache_config``; Qwen3.5's ``mamba_ssm_dtype``); else the
+model's 16 bits, vLLM's ``auto``."""
+
+
+def _int(cfg: Mapping[str, Any], name: str, default: int = 0) -> int:
+    value = cfg.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def _mamba2(cfg: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+    """Nemotron-H's Mamba-2 sizes: heads, head width, state size, groups, convolution width
+    (NemotronHConfig: ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``,
+    ``conv_kernel``; the mixer's inner width is heads x head width)."""
+    return (
+        _int(cfg, "mamba_num_heads", 128),
+        _int(cfg, "mamba_head_dim", 64),
+        _int(cfg, "ssm_state_size", 128),
+        _int(cfg, "n_groups", 8),
+        _int(cfg, "conv_kernel", 4),
+    )
+
+
+def _deltanet(cfg: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+    """Qwen3-Next's gated DeltaNet sizes: key heads, key head width, value heads, value head width,
+    convolution width (Qwen3NextConfig's ``linear_*`` fields and their defaults)."""
+    return (
+        _int(cfg, "linear_num_key_heads", 16),
+        _int(cfg, "linear_key_head_dim", 128),
+        _int(cfg, "linear_num_value_heads", 32),
+        _int(cfg, "linear_value_head_dim", 128),
+        _int(cfg, "linear_conv_kernel_dim", 4),
+    )
+
+
+def mixer_params(cfg: Mapping[str, Any], layer: Layer, hidden: int) -> int:
+    """A non-attention mixer's parameters; 0 for none.
+
+    Mamba-2 (NemotronHMamba2Mixer): ``in_proj`` to the gate, the convolved x, B and C, and a step per head;
+    a depthwise ``conv1d`` over x, B and C; ``dt_bias``, ``A_log`` and ``D`` per head; a gated norm and
+    ``out_proj``. Gated DeltaNet (Qwen3NextGatedDeltaNet): ``in_proj_qkvz`` and ``in_proj_ba``, a
+    ``conv1d`` over q, k and v, ``dt_bias`` and ``A_log`` per value head, a norm of a head's width and
+    ``out_proj``."""
+    if layer.mixer == "mamba2":
+        heads, head_dim, state, groups, conv = _mamba2(cfg)
+        inner = heads * head_dim
+        conv_dim = inner + 2 * groups * state
+        return hidden * (inner + conv_dim + heads) + conv_dim * (conv + 1) + 3 * heads + inner + inner * hidden
+    if layer.mixer == "gated_deltanet":
+        k_heads, k_dim, v_heads, v_dim, conv = _deltanet(cfg)
+        key, value = k_heads * k_dim, v_heads * v_dim
+        conv_dim = 2 * key + value
+        return hidden * (2 * key + 2 * value + 2 * v_heads) + conv_dim * conv + 2 * v_heads + v_dim + value * hidden
+    if layer.mixer == "linear":
+        return hidden * hidden
+    return 0
+
+
+def state_bytes_per_sequence(lang: LanguageConfig, plan: tuple[Layer, ...]) -> int:
+    """The fixed state one sequence keeps in the non-attention layers, as vLLM allocates it
+    (``MambaStateShapeCalculator``, vllm/model_executor/layers/mamba/mamba_utils.py): Mamba-2 a
+    convolution state of ``(conv_kernel - 1) x (inner + 2 x groups x state)`` and an SSM state of
+    ``heads x head_dim x state``; a gated DeltaNet a convolution state of ``(conv_kernel - 1) x (2 x key
+    + value)`` and a recurrent state of ``value heads x key head width x value head width``. The
+    convolution state is in the model's 16 bits, the SSM state as ``STATE_DTYPE_BYTES`` says."""
+    cfg = lang.fields
+    ssm_dtype = cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype")
+    ssm_bytes = STATE_DTYPE_BYTES.get(ssm_dtype, 2) if isinstance(ssm_dtype, str) else 2
+    total = 0
+    for layer in plan:
+        if layer.mixer == "mamba2":
+            heads, head_dim, state, groups, conv = _mamba2(cfg)
+            inner = heads * head_dim
+            total += (conv - 1) * (inner + 2 * groups * state) * 2 + heads * head_dim * state * ssm_bytes
+        elif layer.mixer == "gated_deltanet":
+            k_heads, k_dim, v_heads, v_dim, conv = _deltanet(cfg)
+            total += (conv - 1) * (2 * k_heads * k_dim + v_heads * v_dim) * 2 + v_heads * k_dim * v_dim * ssm_bytes
+    return total
