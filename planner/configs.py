@@ -337,17 +337,32 @@ def _named(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+NESTED_LANGUAGE_KEYS = ("text_config", "llm_config", "language_config")
+"""Where a multimodal config nests its language model: most under ``text_config``, InternVL under
+``llm_config`` (InternVLChatConfig), DeepSeek-VL2 and Janus under ``language_config``."""
+
+
+def nested_language(config: Mapping[str, Any]) -> tuple[str, Mapping[str, Any] | None]:
+    """The key and the object of a config's nested language model; ``("", None)`` where it has none."""
+    for key in NESTED_LANGUAGE_KEYS:
+        text = config.get(key)
+        if isinstance(text, Mapping):
+            return key, text
+    return "", None
+
+
 def language_config(config: Mapping[str, Any], source: str) -> LanguageConfig:
     """The fields of ``config``'s language model as transformers would read them: the top level, then a
-    nested ``text_config`` over it, over the defaults of the language model's config class."""
+    nested language model (``NESTED_LANGUAGE_KEYS``) over it, over the defaults of the language model's
+    config class."""
     top_type = _model_type(config.get("model_type"))
-    text = config.get("text_config")
+    key, text = nested_language(config)
     fields = _named(config)
     model_type = MULTIMODAL_TOP.get(top_type, top_type)
-    if isinstance(text, Mapping):
+    if text is not None:
         model_type = _model_type(text.get("model_type")) or TEXT_MODEL_TYPE.get(top_type, top_type)
         fields.update(_named(text))
-        source = f"{source} (text_config)"
+        source = f"{source} ({key})"
     defaults = MODEL_DEFAULTS.get(model_type, {})
     merged = {**defaults, **{k: v for k, v in fields.items() if v is not None}}
     if model_type == "chatglm" or (model_type == "" and "multi_query_group_num" in fields):
