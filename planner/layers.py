@@ -17,7 +17,7 @@ from typing import Any, Literal
 from planner.configs import LanguageConfig
 from planner.errors import InvalidInput
 
-Mixer = Literal["attention", "mamba2", "gated_deltanet", "linear", "none"]
+Mixer = Literal["attention", "mamba", "mamba2", "gated_deltanet", "linear", "none"]
 Mlp = Literal["dense", "moe", "linear", "none"]
 
 
@@ -66,7 +66,6 @@ HYBRID_TYPES: dict[str, str] = {
     "nemotron-nas": "block_configs",
     "deci": "block_configs",
     "granitemoehybrid": "layer_types",
-    "jamba": "attn_layer_period",
     "bamba": "attn_layer_indices",
     "falcon_h1": "(parallel attention and Mamba on every layer)",
     "minimax": "attn_type_list",
@@ -83,7 +82,7 @@ HYBRID_TYPES: dict[str, str] = {
 }
 """Hybrid and recurrent model types, with the key that says which layers are which."""
 
-READ_TYPES = frozenset({"nemotron_h", "nemotron-nas", "deci", *GATED_DELTANET_TYPES})
+READ_TYPES = frozenset({"nemotron_h", "nemotron-nas", "deci", "jamba", *GATED_DELTANET_TYPES})
 """The hybrid and per-layer model types whose layers this module reads."""
 
 NEMOTRON_H_BLOCKS: dict[str, Layer] = {
@@ -117,6 +116,8 @@ def layer_plan(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
         return _nemotron_h(lang, layers)
     if "block_configs" in cfg or model_type in ("nemotron-nas", "deci"):
         return _block_configs(lang, layers)
+    if model_type == "jamba":
+        return _jamba(lang, layers)
     for key in PATTERN_KEYS[2:]:
         if cfg.get(key) is not None:
             raise _refuse(lang, key, "a layer pattern the planner does not read")
@@ -223,3 +224,32 @@ def _block_configs(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
             width = -(-int(2 * mult * hidden / 3) // 256) * 256
         out.append(Layer(mixer, mlp, kv_heads=kv_heads, intermediate=width))
     return tuple(out)
+
+
+def _jamba(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
+    """Jamba (JambaConfig.layers_block_type and layers_num_experts): layer ``i`` is attention where ``i %
+    attn_layer_period == attn_layer_offset`` (defaults 8 and 4), else Mamba; it holds ``num_experts``
+    experts where ``i % expert_layer_period == expert_layer_offset`` (defaults 2 and 1), else a dense
+    MLP."""
+    cfg = lang.fields
+    sizes = {}
+    for key, default in (
+        ("attn_layer_period", 8),
+        ("attn_layer_offset", 4),
+        ("expert_layer_period", 2),
+        ("expert_layer_offset", 1),
+    ):
+        value = cfg.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _refuse(lang, key, f"must be a whole number (given {value!r})")
+        sizes[key] = value
+    if not sizes["attn_layer_period"] or not sizes["expert_layer_period"]:
+        raise _refuse(lang, "attn_layer_period", "a period of 0 layers")
+    experts = _int(cfg, "num_experts", 16) > 1
+    return tuple(
+        Layer(
+            "attention" if i % sizes["attn_layer_period"] == sizes["attn_layer_offset"] else "mamba",
+            "moe" if experts and i % sizes["expert_layer_period"] == sizes["expert_layer_offset"] else "dense",
+        )
+        for i in range(layers)
+    )

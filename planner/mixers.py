@@ -47,14 +47,41 @@ def _deltanet(cfg: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
     )
 
 
+def _mamba1(cfg: Mapping[str, Any], hidden: int) -> tuple[int, int, int, int]:
+    """Jamba's Mamba sizes: inner width (``mamba_expand`` x hidden), state size, convolution width, step
+    rank (JambaConfig: ``mamba_d_state`` 16, ``mamba_d_conv`` 4, ``mamba_expand`` 2, ``mamba_dt_rank``
+    ``ceil(hidden / 16)``)."""
+    rank = cfg.get("mamba_dt_rank")
+    dt_rank = rank if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0 else -(-hidden // 16)
+    return _int(cfg, "mamba_expand", 2) * hidden, _int(cfg, "mamba_d_state", 16), _int(cfg, "mamba_d_conv", 4), dt_rank
+
+
 def mixer_params(cfg: Mapping[str, Any], layer: Layer, hidden: int) -> int:
     """A non-attention mixer's parameters; 0 for none.
 
-    Mamba-2 (NemotronHMamba2Mixer): ``in_proj`` to the gate, the convolved x, B and C, and a step per head;
-    a depthwise ``conv1d`` over x, B and C; ``dt_bias``, ``A_log`` and ``D`` per head; a gated norm and
+    Mamba (JambaMambaMixer): ``in_proj`` to x and the gate, a depthwise ``conv1d``, ``x_proj`` to the
+    step's rank and B and C, ``dt_proj``, ``A_log`` and ``D``, ``out_proj``. Mamba-2
+    (NemotronHMamba2Mixer): ``in_proj`` to the gate, the convolved x, B and C, and a step per head; a
+    depthwise ``conv1d`` over x, B and C; ``dt_bias``, ``A_log`` and ``D`` per head; a gated norm and
     ``out_proj``. Gated DeltaNet (Qwen3NextGatedDeltaNet): ``in_proj_qkvz`` and ``in_proj_ba``, a
     ``conv1d`` over q, k and v, ``dt_bias`` and ``A_log`` per value head, a norm of a head's width and
     ``out_proj``."""
+    if layer.mixer == "mamba":
+        inner, state, conv, rank = _mamba1(cfg, hidden)
+        # in_proj (x and gate), conv1d, x_proj (step, B, C), dt_proj, A_log, D, out_proj, the step's and B's
+        # and C's norms (JambaMambaMixer)
+        return (
+            hidden * 2 * inner
+            + inner * (conv + 1)
+            + inner * (rank + 2 * state)
+            + rank * inner
+            + inner
+            + inner * state
+            + inner
+            + inner * hidden
+            + rank
+            + 2 * state
+        )
     if layer.mixer == "mamba2":
         heads, head_dim, state, groups, conv = _mamba2(cfg)
         inner = heads * head_dim
@@ -72,7 +99,8 @@ def mixer_params(cfg: Mapping[str, Any], layer: Layer, hidden: int) -> int:
 
 def state_bytes_per_sequence(lang: LanguageConfig, plan: tuple[Layer, ...]) -> int:
     """The fixed state one sequence keeps in the non-attention layers, as vLLM allocates it
-    (``MambaStateShapeCalculator``, vllm/model_executor/layers/mamba/mamba_utils.py): Mamba-2 a
+    (``MambaStateShapeCalculator``, vllm/model_executor/layers/mamba/mamba_utils.py): Mamba a convolution
+    state of ``(conv_kernel - 1) x inner`` and an SSM state of ``inner x state``; Mamba-2 a
     convolution state of ``(conv_kernel - 1) x (inner + 2 x groups x state)`` and an SSM state of
     ``heads x head_dim x state``; a gated DeltaNet a convolution state of ``(conv_kernel - 1) x (2 x key
     + value)`` and a recurrent state of ``value heads x key head width x value head width``. The
@@ -82,7 +110,10 @@ def state_bytes_per_sequence(lang: LanguageConfig, plan: tuple[Layer, ...]) -> i
     ssm_bytes = STATE_DTYPE_BYTES.get(ssm_dtype, 2) if isinstance(ssm_dtype, str) else 2
     total = 0
     for layer in plan:
-        if layer.mixer == "mamba2":
+        if layer.mixer == "mamba":
+            inner, state, conv, _ = _mamba1(cfg, _int(cfg, "hidden_size"))
+            total += (conv - 1) * inner * 2 + inner * state * ssm_bytes
+        elif layer.mixer == "mamba2":
             heads, head_dim, state, groups, conv = _mamba2(cfg)
             inner = heads * head_dim
             total += (conv - 1) * (inner + 2 * groups * state) * 2 + heads * head_dim * state * ssm_bytes

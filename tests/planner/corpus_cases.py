@@ -98,6 +98,13 @@ QWEN35_27B = (
     + 64 * 3 * 5120 * 17408
     + 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304) + 3 * 2 * 16 * 16 * 1152 + 4608 * 4608 + 4608 * 5120  # vision
 )
+QWEN35_397B = (
+    248320 * 4096 * 2
+    + 15 * (4096 * 32 * 256 * 3 + 4096 * 2 * 256 * 2)
+    + 45 * (4096 * (2 * 2048 + 2 * 8192 + 2 * 64) + 12288 * 4 + 8192 * 4096)  # DeltaNet 16 x 128, 64 x 128
+    + 60 * (512 * 3 * 4096 * 1024 + 4096 * 512 + 3 * 4096 * 1024 + 4096)  # 512 experts, a shared one and its gate
+    + 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304) + 3 * 2 * 16 * 16 * 1152 + 4608 * 4608 + 4608 * 4096  # vision
+)
 JANUS_LANGUAGE = 102400 * 2048 * 2 + 24 * (4 * 2048 * 2048 + 3 * 2048 * 5632)
 
 CASES: dict[str, Case] = {
@@ -326,6 +333,10 @@ CASES: dict[str, Case] = {
     "Qwen--Qwen3.5-27B": Case(
         # text_config: 16 of 64 layers full attention, the rest gated DeltaNet; named 27B
         kv=16 * 2 * 4 * 256 * 2, params=QWEN35_27B, bits=16, context=262144, weights=2 * QWEN35_27B,
+    ),
+    "Qwen--Qwen3.5-397B-A17B": Case(
+        # 15 of 60 layers full attention; experts on every layer; named 397B
+        kv=15 * 2 * 2 * 256 * 2, params=QWEN35_397B, bits=16, context=262144, weights=2 * QWEN35_397B,
     ),
     "deepseek-ai--Janus-1.3B": Case(
         # the language model under language_config; the vision tower's config ("cls", "params") is not

@@ -63,7 +63,8 @@ def test_qwen3_next_without_layer_types_takes_every_fourth_layer() -> None:
 @pytest.mark.parametrize(
     ("extra", "key"),
     [
-        ({"model_type": "jamba", "attn_layer_period": 8, "attn_layer_offset": 4}, "attn_layer_period"),
+        ({"model_type": "zamba2", "layers_block_type": ["mamba", "hybrid", "mamba", "mamba"]}, "layers_block_type"),
+        ({"model_type": "jamba", "attn_layer_period": 0}, "attn_layer_period"),
         ({"model_type": "mystery", "attn_layer_period": 8}, "attn_layer_period"),
         ({"model_type": "mystery", "hybrid_override_pattern": "M*M*"}, "hybrid_override_pattern"),
         ({"model_type": "mystery", "attn_type_list": [0, 1, 0, 1]}, "attn_type_list"),
@@ -125,3 +126,76 @@ def test_starcoder2_mlp_is_not_gated() -> None:
     }
     hand = 49152 * 6144 * 2 + 40 * (6144 * 48 * 128 * 2 + 6144 * 4 * 128 * 2 + 2 * 6144 * 24576)
     assert shape_from_config(config).params == pytest.approx(hand, rel=0.01)
+
+
+def test_jamba_reads_its_periods() -> None:
+    """AI21-Jamba-1.5-Mini's published config.json fields: attention on layers 4, 12, 20, 28 (i % 8 == 4), 16
+    experts on the odd layers (i % 2 == 1), Mamba of inner width 2 x 4096, state 16, step rank 256;
+    published: 52B total."""
+    config = {
+        "model_type": "jamba",
+        "attn_layer_offset": 4,
+        "attn_layer_period": 8,
+        "expert_layer_offset": 1,
+        "expert_layer_period": 2,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "mamba_d_conv": 4,
+        "mamba_d_state": 16,
+        "mamba_dt_rank": 256,
+        "mamba_expand": 2,
+        "max_position_embeddings": 262144,
+        "num_attention_heads": 32,
+        "num_experts": 16,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 8,
+        "tie_word_embeddings": False,
+        "vocab_size": 65536,
+    }
+    mamba = 4096 * 2 * 8192 + 8192 * 4 + 8192 * (256 + 32) + 256 * 8192 + 8192 * 16 + 8192 * 4096
+    hand = (
+        65536 * 4096 * 2
+        + 4 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2)
+        + 28 * mamba
+        + 16 * (16 * 3 * 4096 * 14336 + 4096 * 16)
+        + 16 * 3 * 4096 * 14336
+    )
+    shape = shape_from_config(config)
+    assert shape.params == pytest.approx(hand, rel=0.02)
+    assert shape.kv_bytes_per_token == 4 * 2 * 8 * 128 * 2
+    assert shape.state_bytes_per_sequence == 28 * (3 * 8192 * 2 + 8192 * 16 * 2)
+
+
+def test_qwen3_next_80b() -> None:
+    """Qwen3-Next-80B-A3B's published shape: 48 layers, every fourth gated attention (16 heads, 2 KV heads
+    of 256), the rest gated DeltaNet (16 key heads, 32 value heads of 128); 512 experts of 512 and a
+    shared one of 512 on every layer; published: 80B total."""
+    config = {
+        "model_type": "qwen3_next",
+        "hidden_size": 2048,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "full_attention_interval": 4,
+        "num_experts": 512,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+    }
+    hand = (
+        151936 * 2048 * 2
+        + 12 * (2048 * 16 * 256 * 3 + 2048 * 2 * 256 * 2)
+        + 36 * (2048 * (2 * 2048 + 2 * 4096 + 2 * 32) + 8192 * 4 + 4096 * 2048)
+        + 48 * (512 * 3 * 2048 * 512 + 2048 * 512 + 3 * 2048 * 512)
+    )
+    shape = shape_from_config(config)
+    assert shape.params == pytest.approx(hand, rel=0.02)
+    assert shape.kv_bytes_per_token == 12 * 2 * 2 * 256 * 2
+    assert shape.state_bytes_per_sequence == 36 * (3 * 8192 * 2 + 32 * 128 * 128 * 2)
