@@ -50,7 +50,7 @@ PATTERN_KEYS = (
 
 ATTENTION_KINDS = frozenset({"full_attention", "sliding_attention", "attention"})
 """``layer_types`` values of attention layers (Gemma 2/3, gpt-oss, Cohere 2; Granite 4.0-H's
-``attention``)."""
+``attention``, beside its ``mamba``)."""
 
 GATED_DELTANET_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"})
 """Qwen3-Next and Qwen3.5: ``layer_types`` of ``full_attention`` and ``linear_attention`` (a gated
@@ -82,7 +82,7 @@ HYBRID_TYPES: dict[str, str] = {
 }
 """Hybrid and recurrent model types, with the key that says which layers are which."""
 
-READ_TYPES = frozenset({"nemotron_h", "nemotron-nas", "deci", "jamba", *GATED_DELTANET_TYPES})
+READ_TYPES = frozenset({"nemotron_h", "nemotron-nas", "deci", "jamba", "granitemoehybrid", *GATED_DELTANET_TYPES})
 """The hybrid and per-layer model types whose layers this module reads."""
 
 NEMOTRON_H_BLOCKS: dict[str, Layer] = {
@@ -129,6 +129,10 @@ def _mixers(lang: LanguageConfig, layers: int) -> list[Mixer]:
     cfg = lang.fields
     kinds = cfg.get("layer_types")
     deltanet = lang.model_type in GATED_DELTANET_TYPES
+    granite = lang.model_type == "granitemoehybrid"
+    if granite and kinds is None:
+        # GraniteMoeHybridConfig leaves layer_types None when not given; the model then has no attention
+        raise _refuse(lang, "layer_types", "missing: it says which layers are Mamba and which attention")
     if kinds is not None:
         if not isinstance(kinds, Sequence) or isinstance(kinds, str) or len(kinds) != layers:
             raise _refuse(lang, "layer_types", f"must list one kind for each of the {layers} layers")
@@ -138,6 +142,8 @@ def _mixers(lang: LanguageConfig, layers: int) -> list[Mixer]:
                 out.append("attention")
             elif kind == "linear_attention" and deltanet:
                 out.append("gated_deltanet")
+            elif kind == "mamba" and granite:
+                out.append("mamba2")
             else:
                 raise _refuse(lang, "layer_types", f"a layer kind the planner does not read ({kind!r})")
         return out

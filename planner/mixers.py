@@ -23,9 +23,21 @@ def _int(cfg: Mapping[str, Any], name: str, default: int = 0) -> int:
 
 
 def _mamba2(cfg: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
-    """Nemotron-H's Mamba-2 sizes: heads, head width, state size, groups, convolution width
-    (NemotronHConfig: ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``,
-    ``conv_kernel``; the mixer's inner width is heads x head width)."""
+    """A Mamba-2 mixer's sizes: heads, head width, state size, groups, convolution width. Nemotron-H
+    (NemotronHConfig): ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``,
+    ``conv_kernel``. Granite 4.0-H (GraniteMoeHybridConfig): ``mamba_n_heads`` (128), ``mamba_d_head``
+    (else the inner width ``mamba_expand x hidden`` over the heads), ``mamba_d_state`` (256),
+    ``mamba_n_groups`` (1), ``mamba_d_conv`` (4). The inner width is heads x head width."""
+    if "mamba_n_heads" in cfg or "mamba_d_state" in cfg:
+        heads = _int(cfg, "mamba_n_heads", 128)
+        inner = _int(cfg, "mamba_expand", 2) * _int(cfg, "hidden_size")
+        return (
+            heads,
+            _int(cfg, "mamba_d_head", inner // heads),
+            _int(cfg, "mamba_d_state", 256),
+            _int(cfg, "mamba_n_groups", 1),
+            _int(cfg, "mamba_d_conv", 4),
+        )
     return (
         _int(cfg, "mamba_num_heads", 128),
         _int(cfg, "mamba_head_dim", 64),

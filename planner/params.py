@@ -49,6 +49,8 @@ def params_from_config(lang: LanguageConfig, kv_heads: int, plan: tuple[Layer, .
     mats = 2 if lang.model_type in UNGATED_MLP else 3
     # Llama 4: the dense layers' MLP is intermediate_size_mlp wide, the experts' intermediate_size
     dense_inter = _int(cfg, "intermediate_size_mlp") or _int(cfg, "intermediate_size", 4 * hidden)
+    if lang.model_type == "granitemoehybrid":  # its dense MLP is the shared one every layer has
+        dense_inter = _int(cfg, "shared_intermediate_size", dense_inter)
     moe = _moe(lang, hidden, mats) if any(layer.mlp == "moe" for layer in plan) else 0
     total = embed + (2 * len(plan) + 1) * hidden + _vision(lang.top, hidden)
     for layer in plan:
@@ -71,7 +73,7 @@ def _moe(lang: LanguageConfig, hidden: int, mats: int) -> int:
     """One mixture-of-experts layer: the routed experts, the router and the shared experts (Qwen-MoE's
     ``shared_expert_intermediate_size`` and its gate; DeepSeek's ``n_shared_experts`` of the experts'
     width, Nemotron-H's of ``moe_shared_expert_intermediate_size``; Llama 4's one of
-    ``intermediate_size``)."""
+    ``intermediate_size``; Granite 4.0-H's shared MLP of ``shared_intermediate_size``)."""
     cfg = lang.fields
     experts = _int(cfg, "num_local_experts") or _int(cfg, "num_experts") or _int(cfg, "n_routed_experts")
     moe_inter = _int(cfg, "moe_intermediate_size") or _int(cfg, "intermediate_size", 4 * hidden)
@@ -81,6 +83,8 @@ def _moe(lang: LanguageConfig, hidden: int, mats: int) -> int:
         moe += 3 * hidden * shared + hidden
     if lang.model_type == "llama4_text":
         moe += 3 * hidden * moe_inter
+    if lang.model_type == "granitemoehybrid":  # GraniteMoeHybridMLP beside the experts, on every layer
+        moe += 3 * hidden * _int(cfg, "shared_intermediate_size")
     shared_width = _int(cfg, "moe_shared_expert_intermediate_size", moe_inter)
     return moe + _int(cfg, "n_shared_experts") * mats * hidden * shared_width
 

@@ -72,6 +72,7 @@ def test_qwen3_next_without_layer_types_takes_every_fourth_layer() -> None:
         ({"model_type": "mystery", "layer_types": ["mamba", "attention", "mamba", "attention"]}, "layer_types"),
         ({"model_type": "lfm2", "layer_types": ["conv", "full_attention", "conv", "conv"]}, "layer_types"),
         ({"model_type": "granitemoehybrid"}, "layer_types"),
+        ({"model_type": "granitemoehybrid", "layer_types": ["mamba", "attention", "conv", "mamba"]}, "layer_types"),
         ({"model_type": "bamba"}, "attn_layer_indices"),
         ({"model_type": "qwen3_next", "layer_types": ["full_attention", "retention"] * 2}, "layer_types"),
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "M*MX"}, "hybrid_override_pattern"),
@@ -199,3 +200,73 @@ def test_qwen3_next_80b() -> None:
     assert shape.params == pytest.approx(hand, rel=0.02)
     assert shape.kv_bytes_per_token == 12 * 2 * 2 * 256 * 2
     assert shape.state_bytes_per_sequence == 36 * (3 * 8192 * 2 + 32 * 128 * 128 * 2)
+
+
+GRANITE_LAYERS = ["mamba"] * 5 + ["attention"] + (["mamba"] * 9 + ["attention"]) * 3 + ["mamba"] * 4
+"""Granite 4.0-H's 40 layers: 4 attention, 36 Mamba-2 (the positions do not change the count)."""
+
+
+def test_granite_4_h_micro() -> None:
+    """Granite-4.0-H-Micro's config fields (hidden 2048, 32 heads, 8 KV heads, Mamba-2 of 64 heads of 64,
+    state 128, one group; no experts, a shared MLP of 8192 on every layer; tied embeddings of 100352);
+    published: 3B."""
+    config = {
+        "model_type": "granitemoehybrid",
+        "num_hidden_layers": 40,
+        "hidden_size": 2048,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "mamba_n_heads": 64,
+        "mamba_d_head": 64,
+        "mamba_d_state": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "num_local_experts": 0,
+        "intermediate_size": 8192,
+        "shared_intermediate_size": 8192,
+        "layer_types": GRANITE_LAYERS,
+        "vocab_size": 100352,
+        "tie_word_embeddings": True,
+    }
+    hand = (
+        100352 * 2048
+        + 36 * (2048 * (4096 + 4096 + 256 + 64) + 4352 * 4 + 4096 * 2048)
+        + 4 * (2048 * 32 * 64 * 2 + 2048 * 8 * 64 * 2)
+        + 40 * 3 * 2048 * 8192
+    )
+    shape = shape_from_config(config)
+    assert shape.params == pytest.approx(hand, rel=0.02)
+    assert shape.kv_bytes_per_token == 4 * 2 * 8 * 64 * 2
+    assert shape.state_bytes_per_sequence == 36 * (3 * 4352 * 2 + 64 * 64 * 128 * 2)
+
+
+def test_granite_4_h_small() -> None:
+    """Granite-4.0-H-Small's config fields (hidden 4096, 72 experts of 768 and a shared MLP of 1536 on every
+    layer, Mamba-2 state 128; heads, head width and groups left to GraniteMoeHybridConfig: 128, 8192 / 128,
+    1); published: 32B total."""
+    config = {
+        "model_type": "granitemoehybrid",
+        "hidden_size": 4096,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_local_experts": 72,
+        "shared_intermediate_size": 1536,
+        "intermediate_size": 768,
+        "mamba_d_state": 128,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "tie_word_embeddings": True,
+        "vocab_size": 100352,
+        "layer_types": GRANITE_LAYERS,
+    }
+    hand = (
+        100352 * 4096
+        + 36 * (4096 * (8192 + 8448 + 128) + 8448 * 4 + 8192 * 4096)
+        + 4 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2)
+        + 40 * (72 * 3 * 4096 * 768 + 4096 * 72 + 3 * 4096 * 1536)
+    )
+    shape = shape_from_config(config)
+    assert shape.params == pytest.approx(hand, rel=0.02)
+    assert shape.kv_bytes_per_token == 4 * 2 * 8 * 128 * 2
