@@ -365,6 +365,9 @@ def language_config(config: Mapping[str, Any], source: str) -> LanguageConfig:
         source = f"{source} ({key})"
     defaults = MODEL_DEFAULTS.get(model_type, {})
     merged = {**defaults, **{k: v for k, v in fields.items() if v is not None}}
+    blocks = merged.get("layers_block_type")
+    if model_type == "nemotron_h" and "num_hidden_layers" not in merged and isinstance(blocks, list):
+        merged["num_hidden_layers"] = len(blocks)  # NemotronHConfig (transformers v5) counts them so
     if model_type == "chatglm" or (model_type == "" and "multi_query_group_num" in fields):
         # ChatGLM keeps its grouped KV heads in multi_query_group_num, used only with
         # multi_query_attention (THUDM's modeling_chatglm.py SelfAttention)

@@ -93,6 +93,8 @@ NEMOTRON_H_BLOCKS: dict[str, Layer] = {
     "-": Layer("none", "dense"),
     "E": Layer("none", "moe"),
 }
+NEMOTRON_H_NAMES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+"""``layers_block_type``'s names for the same blocks."""
 
 
 def _int(cfg: Mapping[str, Any], name: str, default: int = 0) -> int:
@@ -118,6 +120,10 @@ def layer_plan(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
         return _block_configs(lang, layers)
     if model_type == "jamba":
         return _jamba(lang, layers)
+    kinds = cfg.get("attn_type_list")
+    if isinstance(kinds, Sequence) and not isinstance(kinds, str) and len(kinds) == layers and set(kinds) == {1}:
+        # MiniMax's 1 is softmax attention (0 its lightning attention): MiniMax-M2 has it on every layer
+        cfg = {k: v for k, v in cfg.items() if k != "attn_type_list"}
     for key in PATTERN_KEYS[2:]:
         if cfg.get(key) is not None:
             raise _refuse(lang, key, "a layer pattern the planner does not read")
@@ -179,14 +185,22 @@ def _mlp(cfg: Mapping[str, Any], i: int) -> Mlp:
 
 
 def _nemotron_h(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
-    pattern = lang.fields.get("hybrid_override_pattern")
+    """Nemotron-H's blocks: ``hybrid_override_pattern`` a character each, or (NemotronHConfig of
+    transformers v5) ``layers_block_type`` a name each: ``mamba``, ``attention``, ``mlp``, ``moe``."""
+    cfg = lang.fields
+    pattern = cfg.get("hybrid_override_pattern")
+    named = cfg.get("layers_block_type")
+    key = "hybrid_override_pattern"
+    if not isinstance(pattern, str) and isinstance(named, Sequence) and not isinstance(named, str):
+        pattern = "".join(NEMOTRON_H_NAMES.get(name, "?") if isinstance(name, str) else "?" for name in named)
+        key = "layers_block_type"
     if not isinstance(pattern, str):
-        raise _refuse(lang, "hybrid_override_pattern", "missing: it says which layers are Mamba, attention or MLP")
+        raise _refuse(lang, key, "missing: it says which layers are Mamba, attention or MLP")
     if len(pattern) != layers:
-        raise _refuse(lang, "hybrid_override_pattern", f"{len(pattern)} blocks for {layers} layers")
+        raise _refuse(lang, key, f"{len(pattern)} blocks for {layers} layers")
     unknown = sorted(set(pattern) - set(NEMOTRON_H_BLOCKS))
     if unknown:
-        raise _refuse(lang, "hybrid_override_pattern", f"block kinds the planner does not read ({''.join(unknown)!r})")
+        raise _refuse(lang, key, f"block kinds the planner does not read ({''.join(unknown)!r})")
     return tuple(NEMOTRON_H_BLOCKS[c] for c in pattern)
 
 

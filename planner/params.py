@@ -77,7 +77,9 @@ def _moe(lang: LanguageConfig, hidden: int, mats: int) -> int:
     cfg = lang.fields
     experts = _int(cfg, "num_local_experts") or _int(cfg, "num_experts") or _int(cfg, "n_routed_experts")
     moe_inter = _int(cfg, "moe_intermediate_size") or _int(cfg, "intermediate_size", 4 * hidden)
-    moe = experts * mats * hidden * moe_inter + hidden * experts
+    latent = _int(cfg, "moe_latent_size")
+    # Nemotron 3's latent experts work in moe_latent_size, projected from and back to the hidden width
+    moe = experts * mats * (latent or hidden) * moe_inter + hidden * experts + 2 * hidden * latent
     shared = _int(cfg, "shared_expert_intermediate_size")
     if shared:
         moe += 3 * hidden * shared + hidden

@@ -79,6 +79,13 @@ NEMOTRON_3_NANO = (
     + 6 * (2688 * 32 * 128 * 2 + 2688 * 2 * 128 * 2)  # 6 attention layers
     + 23 * (128 * 2 * 2688 * 1856 + 2688 * 128 + 2 * 2688 * 3712)  # 23 MoE: 128 ungated experts, a shared one
 )
+NEMOTRON_3_SUPER = (
+    131072 * 4096 * 2
+    + 40 * (4096 * (8192 + 10240 + 128) + 10240 * 4 + 8192 * 4096)  # 40 Mamba-2: 128 heads of 64, 8 x 128
+    + 8 * (4096 * 32 * 128 * 2 + 4096 * 2 * 128 * 2)  # 8 attention layers
+    # 40 latent MoE: 512 ungated experts of 2688 in a 1024 latent, its two projections, a shared expert
+    + 40 * (512 * 2 * 1024 * 2688 + 4096 * 512 + 2 * 4096 * 1024 + 2 * 4096 * 5376)
+)
 NEMOTRON_SUPER_49B = (
     128256 * 8192 * 2
     + 49 * (8192 * 64 * 128 * 2 + 8192 * 8 * 128 * 2)  # 49 attention layers of 8 KV heads; 31 skip it
@@ -320,6 +327,12 @@ CASES: dict[str, Case] = {
     "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": Case(
         # 6 of 52 layers attention; published: 31.6B total
         kv=6 * 2 * 2 * 128 * 2, params=NEMOTRON_3_NANO, bits=16, context=262144, weights=2 * NEMOTRON_3_NANO,
+    ),
+    "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8": Case(
+        # moe_latent_size; ModelOpt FP8 (hf_quant_config.json); no listing: weights a placeholder of a byte
+        # a parameter. Published: 120B total
+        kv=8 * 2 * 2 * 128 * 2, params=NEMOTRON_3_SUPER, bits=8, context=262144, quant="fp8",
+        weights=NEMOTRON_3_SUPER,
     ),
     "nvidia--Llama-3_3-Nemotron-Super-49B-v1": Case(
         # block_configs; num_key_value_heads null at the top; published: 49.9B

@@ -44,6 +44,29 @@ def test_a_hybrid_without_its_pattern_is_refused() -> None:
         shape_from_config(config)
 
 
+def test_nemotron_h_blocks_by_name() -> None:
+    """NemotronHConfig of transformers v5 names each block in layers_block_type and counts the layers from
+    it (NVIDIA-Nemotron-3.5-Lightning's and -3-Ultra's configs): Nemotron 3 Nano written so reads alike."""
+    config = corpus_config("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    config["layers_block_type"] = [names[c] for c in config.pop("hybrid_override_pattern")]
+    del config["num_hidden_layers"]
+    assert shape_from_config(config) == shape_from_config(corpus_config("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"))
+    config["layers_block_type"][0] = "retnet"
+    with pytest.raises(InvalidInput, match=r"layers_block_type: model type 'nemotron_h': block kinds"):
+        shape_from_config(config)
+
+
+def test_attn_type_list_of_softmax_attention_only_is_read() -> None:
+    """MiniMax-M2's attn_type_list is 1 (softmax attention) on every layer; MiniMax-Text-01's 0s (lightning
+    attention) are not read."""
+    config = {"num_hidden_layers": 4, "num_attention_heads": 4, "hidden_size": 256, "vocab_size": 1000}
+    shape = shape_from_config({**config, "model_type": "minimax_m2", "attn_type_list": [1, 1, 1, 1]})
+    assert shape.attention_layers == 4
+    with pytest.raises(InvalidInput, match=r"attn_type_list: model type 'minimax_m2'"):
+        shape_from_config({**config, "model_type": "minimax_m2", "attn_type_list": [0, 1, 0, 1]})
+
+
 def test_qwen3_next_without_layer_types_takes_every_fourth_layer() -> None:
     """Qwen3NextConfig's default full_attention_interval is 4."""
     config = {
