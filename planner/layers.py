@@ -40,6 +40,7 @@ PATTERN_KEYS = (
     "block_configs",
     "attn_layer_period",
     "attn_layer_offset",
+    "attn_layer_indices",
     "expert_layer_period",
     "attn_type_list",
     "layers_block_type",
@@ -66,7 +67,6 @@ HYBRID_TYPES: dict[str, str] = {
     "nemotron-nas": "block_configs",
     "deci": "block_configs",
     "granitemoehybrid": "layer_types",
-    "bamba": "attn_layer_indices",
     "falcon_h1": "(parallel attention and Mamba on every layer)",
     "minimax": "attn_type_list",
     "minimax_text_01": "attn_type_list",
@@ -82,7 +82,9 @@ HYBRID_TYPES: dict[str, str] = {
 }
 """Hybrid and recurrent model types, with the key that says which layers are which."""
 
-READ_TYPES = frozenset({"nemotron_h", "nemotron-nas", "deci", "jamba", "granitemoehybrid", *GATED_DELTANET_TYPES})
+READ_TYPES = frozenset(
+    {"nemotron_h", "nemotron-nas", "deci", "jamba", "granitemoehybrid", "bamba", *GATED_DELTANET_TYPES}
+)
 """The hybrid and per-layer model types whose layers this module reads."""
 
 NEMOTRON_H_BLOCKS: dict[str, Layer] = {
@@ -120,6 +122,8 @@ def layer_plan(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
         return _block_configs(lang, layers)
     if model_type == "jamba":
         return _jamba(lang, layers)
+    if model_type == "bamba":
+        return _bamba(lang, layers)
     kinds = cfg.get("attn_type_list")
     if isinstance(kinds, Sequence) and not isinstance(kinds, str) and len(kinds) == layers and set(kinds) == {1}:
         # MiniMax's 1 is softmax attention (0 its lightning attention): MiniMax-M2 has it on every layer
@@ -273,3 +277,14 @@ def _jamba(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
         )
         for i in range(layers)
     )
+
+
+def _bamba(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
+    """Bamba (BambaConfig.layers_block_type): the layers ``attn_layer_indices`` lists are attention, the
+    others Mamba-2 (of Granite 4.0-H's names, ``planner.mixers``); a dense MLP on every layer."""
+    listed = lang.fields.get("attn_layer_indices")
+    if not isinstance(listed, Sequence) or isinstance(listed, str):
+        raise _refuse(lang, "attn_layer_indices", "missing: it says which layers are attention")
+    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in listed):
+        raise _refuse(lang, "attn_layer_indices", f"must list layers from 0 to {layers - 1}")
+    return tuple(Layer("attention" if i in listed else "mamba2", "dense") for i in range(layers))

@@ -97,6 +97,8 @@ def test_qwen3_next_without_layer_types_takes_every_fourth_layer() -> None:
         ({"model_type": "granitemoehybrid"}, "layer_types"),
         ({"model_type": "granitemoehybrid", "layer_types": ["mamba", "attention", "conv", "mamba"]}, "layer_types"),
         ({"model_type": "bamba"}, "attn_layer_indices"),
+        ({"model_type": "bamba", "attn_layer_indices": [1, 9]}, "attn_layer_indices"),
+        ({"model_type": "mystery", "attn_layer_indices": [1]}, "attn_layer_indices"),
         ({"model_type": "qwen3_next", "layer_types": ["full_attention", "retention"] * 2}, "layer_types"),
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "M*MX"}, "hybrid_override_pattern"),
         ({"model_type": "nemotron-nas"}, "block_configs"),
@@ -293,3 +295,35 @@ def test_granite_4_h_small() -> None:
     shape = shape_from_config(config)
     assert shape.params == pytest.approx(hand, rel=0.02)
     assert shape.kv_bytes_per_token == 4 * 2 * 8 * 128 * 2
+
+
+def test_bamba_9b() -> None:
+    """Bamba-9B's shape (ibm-ai-platform/Bamba-9B: attention on layers 9, 18 and 27 of 32, Mamba-2 of 128
+    heads of 64, state 128, one group; a gated MLP of 14336 on every layer); published: 9.78B."""
+    config = {
+        "model_type": "bamba",
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "attn_layer_indices": [9, 18, 27],
+        "mamba_n_heads": 128,
+        "mamba_d_head": 64,
+        "mamba_d_state": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "tie_word_embeddings": False,
+    }
+    hand = (
+        128256 * 4096 * 2
+        + 29 * (4096 * (8192 + 8448 + 128) + 8448 * 4 + 8192 * 4096)
+        + 3 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2)
+        + 32 * 3 * 4096 * 14336
+    )
+    shape = shape_from_config(config)
+    assert shape.params == pytest.approx(hand, rel=0.02)
+    assert shape.kv_bytes_per_token == 3 * 2 * 8 * 128 * 2
+    assert shape.state_bytes_per_sequence == 29 * (3 * 8448 * 2 + 128 * 64 * 128 * 2)
