@@ -125,7 +125,7 @@ def layer_plan(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
     if model_type == "bamba":
         return _bamba(lang, layers)
     kinds = cfg.get("attn_type_list")
-    if isinstance(kinds, Sequence) and not isinstance(kinds, str) and len(kinds) == layers and set(kinds) == {1}:
+    if isinstance(kinds, list) and len(kinds) == layers and all(type(k) is int and k == 1 for k in kinds):
         # MiniMax's 1 is softmax attention (0 its lightning attention): MiniMax-M2 has it on every layer
         cfg = {k: v for k, v in cfg.items() if k != "attn_type_list"}
     for key in PATTERN_KEYS[2:]:
@@ -144,10 +144,16 @@ def _mixers(lang: LanguageConfig, layers: int) -> list[Mixer]:
         # GraniteMoeHybridConfig leaves layer_types None when not given; the model then has no attention
         raise _refuse(lang, "layer_types", "missing: it says which layers are Mamba and which attention")
     if kinds is not None:
-        if not isinstance(kinds, Sequence) or isinstance(kinds, str) or len(kinds) != layers:
+        if not isinstance(kinds, Sequence) or isinstance(kinds, str):
+            raise _refuse(lang, "layer_types", "must be a list of layer kinds")
+        if all(isinstance(kind, str) and kind in ATTENTION_KINDS for kind in kinds):
+            return ["attention"] * layers  # which of them slide is read apart (planner.shape)
+        if len(kinds) != layers:
             raise _refuse(lang, "layer_types", f"must list one kind for each of the {layers} layers")
         out: list[Mixer] = []
         for kind in kinds:
+            if not isinstance(kind, str):
+                raise _refuse(lang, "layer_types", f"a layer kind must be a name (given {kind!r})")
             if kind in ATTENTION_KINDS:
                 out.append("attention")
             elif kind == "linear_attention" and deltanet:

@@ -115,6 +115,13 @@ def test_gemma_layer_types_stay_attention() -> None:
     assert shape.attention_layers == 62 and shape.state_bytes_per_sequence == 0
 
 
+@pytest.mark.parametrize("kinds", [[{"a": 1}, "mamba"], "mamba", [["linear_attention"]] * 4, 7])
+def test_layer_types_not_names_are_refused(kinds: Any) -> None:
+    config = {"model_type": "qwen3_next", "num_hidden_layers": 4, "num_attention_heads": 4, "hidden_size": 256}
+    with pytest.raises(InvalidInput, match=r"layer_types: model type 'qwen3_next'"):
+        shape_from_config({**config, "vocab_size": 1000, "layer_types": kinds})
+
+
 def test_llm_config_nests_the_language_model_and_its_quantisation() -> None:
     """InternVL's InternVLChatConfig keeps its language model under llm_config."""
     config = {
