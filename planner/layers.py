@@ -67,16 +67,16 @@ HYBRID_TYPES: dict[str, str] = {
     "nemotron-nas": "block_configs",
     "deci": "block_configs",
     "granitemoehybrid": "layer_types",
-    "falcon_h1": "(parallel attention and Mamba on every layer)",
+    "falcon_h1": "model_type",  # attention and Mamba side by side on every layer
     "minimax": "attn_type_list",
     "minimax_text_01": "attn_type_list",
     "kimi_linear": "linear_attn_config",
     "lfm2": "layer_types",
     "zamba": "layers_block_type",
     "zamba2": "layers_block_type",
-    "mamba": "(every layer Mamba)",
-    "mamba2": "(every layer Mamba)",
-    "falcon_mamba": "(every layer Mamba)",
+    "mamba": "model_type",  # every layer Mamba, no attention
+    "mamba2": "model_type",
+    "falcon_mamba": "model_type",
     "recurrent_gemma": "block_types",
     "plamo2": "mamba_step",
 }

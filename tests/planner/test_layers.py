@@ -99,6 +99,8 @@ def test_qwen3_next_without_layer_types_takes_every_fourth_layer() -> None:
         ({"model_type": "bamba"}, "attn_layer_indices"),
         ({"model_type": "bamba", "attn_layer_indices": [1, 9]}, "attn_layer_indices"),
         ({"model_type": "mystery", "attn_layer_indices": [1]}, "attn_layer_indices"),
+        ({"model_type": "falcon_h1", "attn_layer_indices": [1]}, "model_type"),
+        ({"model_type": "mamba"}, "model_type"),
         ({"model_type": "qwen3_next", "layer_types": ["full_attention", "retention"] * 2}, "layer_types"),
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "M*MX"}, "hybrid_override_pattern"),
         ({"model_type": "nemotron-nas"}, "block_configs"),
