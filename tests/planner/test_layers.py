@@ -145,6 +145,41 @@ def test_llm_config_nests_the_language_model_and_its_quantisation() -> None:
     assert original_quant(config) == "awq-int4"
 
 
+def test_internvl3_1b() -> None:
+    """InternVL3-1B's InternVLChatConfig as transformers prints it: Qwen2 of 24 layers under llm_config (the
+    top level's hidden_size is a copy), InternViT of 24 layers of 1024; published: 0.9B. The projector
+    (mlp1, 4096 -> 896 -> 896) is counted as LLaVA's (1024 -> 896 -> 896), 3M under."""
+    config = {
+        "model_type": "internvl_chat",
+        "hidden_size": 896,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "llm_config": {
+            "model_type": "qwen2",
+            "hidden_size": 896,
+            "intermediate_size": 4864,
+            "num_attention_heads": 14,
+            "num_hidden_layers": 24,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 32768,
+            "vocab_size": 151674,
+            "layer_types": ["full_attention"] * 24,
+            "torch_dtype": "bfloat16",
+        },
+        "vision_config": {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "patch_size": 14},
+    }
+    hand = (
+        151674 * 896 * 2
+        + 24 * (896 * 14 * 64 * 2 + 896 * 2 * 64 * 2 + 3 * 896 * 4864)
+        + 24 * (4 * 1024 * 1024 + 2 * 1024 * 4096)
+        + 4096 * 896
+        + 896 * 896
+    )
+    shape = shape_from_config(config)
+    assert shape.params == pytest.approx(hand, rel=0.02)
+    assert shape.kv_bytes_per_token == 24 * 2 * 2 * 64 * 2
+
+
 def test_starcoder2_mlp_is_not_gated() -> None:
     """A config of StarCoder2-15B's published shape (hidden 6144, 40 layers, 48 heads, 4 KV heads, MLP 24576,
     vocabulary 49152): Starcoder2MLP's c_fc and c_proj, 2 x hidden x intermediate a layer; published 16B."""
