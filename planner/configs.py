@@ -283,13 +283,13 @@ ALIASES: dict[str, tuple[str, ...]] = {
     # vLLM reads the same alternatives: get_total_num_kv_heads (n_head_kv, num_kv_heads,
     # num_key_value_heads, multi_query_group_num) and _get_and_verify_max_len's possible keys
     # (vllm/config/model.py, v0.10); the rest are the attribute_maps of GPT2Config, GPTJConfig,
-    # FalconConfig and ChatGLMConfig
+    # FalconConfig and ChatGLMConfig, and Nemotron-H's attention_head_dim (NemotronHConfig)
     "num_hidden_layers": ("n_layer", "num_layers", "n_layers"),
     "num_attention_heads": ("n_head", "n_heads"),
     "hidden_size": ("n_embd", "n_embed", "d_model"),
     "num_key_value_heads": ("n_head_kv", "num_kv_heads"),
     "intermediate_size": ("ffn_hidden_size", "n_inner"),
-    "head_dim": ("kv_channels",),
+    "head_dim": ("kv_channels", "attention_head_dim"),
     "vocab_size": ("padded_vocab_size",),
 }
 
@@ -337,19 +337,37 @@ def _named(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+NESTED_LANGUAGE_KEYS = ("text_config", "llm_config", "language_config")
+"""Where a multimodal config nests its language model: most under ``text_config``, InternVL under
+``llm_config`` (InternVLChatConfig), DeepSeek-VL2 and Janus under ``language_config``."""
+
+
+def nested_language(config: Mapping[str, Any]) -> tuple[str, Mapping[str, Any] | None]:
+    """The key and the object of a config's nested language model; ``("", None)`` where it has none."""
+    for key in NESTED_LANGUAGE_KEYS:
+        text = config.get(key)
+        if isinstance(text, Mapping):
+            return key, text
+    return "", None
+
+
 def language_config(config: Mapping[str, Any], source: str) -> LanguageConfig:
     """The fields of ``config``'s language model as transformers would read them: the top level, then a
-    nested ``text_config`` over it, over the defaults of the language model's config class."""
+    nested language model (``NESTED_LANGUAGE_KEYS``) over it, over the defaults of the language model's
+    config class."""
     top_type = _model_type(config.get("model_type"))
-    text = config.get("text_config")
+    key, text = nested_language(config)
     fields = _named(config)
     model_type = MULTIMODAL_TOP.get(top_type, top_type)
-    if isinstance(text, Mapping):
+    if text is not None:
         model_type = _model_type(text.get("model_type")) or TEXT_MODEL_TYPE.get(top_type, top_type)
         fields.update(_named(text))
-        source = f"{source} (text_config)"
+        source = f"{source} ({key})"
     defaults = MODEL_DEFAULTS.get(model_type, {})
     merged = {**defaults, **{k: v for k, v in fields.items() if v is not None}}
+    blocks = merged.get("layers_block_type")
+    if model_type == "nemotron_h" and "num_hidden_layers" not in merged and isinstance(blocks, list):
+        merged["num_hidden_layers"] = len(blocks)  # NemotronHConfig (transformers v5) counts them so
     if model_type == "chatglm" or (model_type == "" and "multi_query_group_num" in fields):
         # ChatGLM keeps its grouped KV heads in multi_query_group_num, used only with
         # multi_query_attention (THUDM's modeling_chatglm.py SelfAttention)

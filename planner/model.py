@@ -86,6 +86,12 @@ class Shape:
     experts: int = 0
     """The language model's layers, hidden size, vocabulary and routed experts (0 for a dense model), which
     size the engines' own cost in the measured estimate (``planner.estimate``); 0 is unknown."""
+    attention_layers: int = 0
+    """Of ``layers``, those that keep a KV cache (a hybrid's others keep a fixed state instead); 0 is
+    unknown."""
+    state_bytes_per_sequence: int = 0
+    """The fixed state each sequence keeps in the layers that are not attention (Mamba's convolution and
+    SSM state, a gated DeltaNet's recurrent state), as vLLM allocates it; 0 for a model of attention only."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,13 +9,20 @@ count is then exact). Biases and any further norms are left out: well under 0.1%
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from planner.configs import LanguageConfig
+from planner.layers import Layer, layer_plan
+from planner.mixers import mixer_params
 
-UNGATED_MLP = frozenset({"gpt2", "gptj", "gpt_neox", "falcon", "RefinedWeb", "RefinedWebModel", "gpt_bigcode"})
-"""Model types whose MLP is two matrices (up, down) rather than three (gate, up, down)."""
+UNGATED_MLP = frozenset(
+    {"gpt2", "gptj", "gpt_neox", "falcon", "RefinedWeb", "RefinedWebModel", "gpt_bigcode", "starcoder2"}
+    | {"nemotron", "nemotron_h"}
+)
+"""Model types whose MLP is two matrices (up, down) rather than three (gate, up, down): StarCoder2's
+``c_fc``/``c_proj`` (Starcoder2MLP), Nemotron's squared-ReLU ``up_proj``/``down_proj`` (NemotronMLP,
+NemotronHMLP and its experts)."""
 
 
 def _int(cfg: Mapping[str, Any], name: str, default: int = 0) -> int:
@@ -28,31 +35,60 @@ def vision_params(lang: LanguageConfig) -> int:
     return _vision(lang.top, _int(lang.fields, "hidden_size"))
 
 
-def params_from_config(lang: LanguageConfig, kv_heads: int) -> int:
-    """The parameter count from the shapes; 0 when a shape it needs is missing."""
+def params_from_config(lang: LanguageConfig, kv_heads: int, plan: tuple[Layer, ...] = ()) -> int:
+    """The parameter count from the shapes, layer by layer as ``plan`` has them (``planner.layers``; empty:
+    read from the config); 0 when a shape it needs is missing."""
     cfg = lang.fields
     hidden, layers, heads = _int(cfg, "hidden_size"), _int(cfg, "num_hidden_layers"), _int(cfg, "num_attention_heads")
     vocab = _int(cfg, "vocab_size")
     if not (hidden and layers and heads and vocab):
         return 0
+    plan = plan or layer_plan(lang, layers)
     head_dim = _int(cfg, "head_dim", hidden // heads)
     embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
-    attention = _attention(cfg, hidden, heads, kv_heads, head_dim)
-    ungated = lang.model_type in UNGATED_MLP
-    dense_inter = _int(cfg, "intermediate_size", 4 * hidden)
-    dense_mlp = (2 if ungated else 3) * hidden * dense_inter
+    mats = 2 if lang.model_type in UNGATED_MLP else 3
+    # Llama 4: the dense layers' MLP is intermediate_size_mlp wide, the experts' intermediate_size
+    dense_inter = _int(cfg, "intermediate_size_mlp") or _int(cfg, "intermediate_size", 4 * hidden)
+    if lang.model_type == "granitemoehybrid":  # its dense MLP is the shared one every layer has
+        dense_inter = _int(cfg, "shared_intermediate_size", dense_inter)
+    moe = _moe(lang, hidden, mats) if any(layer.mlp == "moe" for layer in plan) else 0
+    total = embed + (2 * len(plan) + 1) * hidden + _vision(lang.top, hidden)
+    for layer in plan:
+        if layer.mixer == "attention":
+            total += _attention(cfg, hidden, heads, layer.kv_heads or kv_heads, head_dim)
+            if cfg.get("attn_output_gate", lang.model_type == "qwen3_next"):
+                total += hidden * heads * head_dim  # Qwen3-Next's gated attention: q_proj doubled for the gate
+        else:
+            total += mixer_params(cfg, layer, hidden)
+        if layer.mlp == "dense":
+            total += mats * hidden * (layer.intermediate or dense_inter)
+        elif layer.mlp == "moe":
+            total += moe
+        elif layer.mlp == "linear":
+            total += hidden * hidden
+    return total
+
+
+def _moe(lang: LanguageConfig, hidden: int, mats: int) -> int:
+    """One mixture-of-experts layer: the routed experts, the router and the shared experts (Qwen-MoE's
+    ``shared_expert_intermediate_size`` and its gate; DeepSeek's ``n_shared_experts`` of the experts'
+    width, Nemotron-H's of ``moe_shared_expert_intermediate_size``; Llama 4's one of
+    ``intermediate_size``; Granite 4.0-H's shared MLP of ``shared_intermediate_size``)."""
+    cfg = lang.fields
     experts = _int(cfg, "num_local_experts") or _int(cfg, "num_experts") or _int(cfg, "n_routed_experts")
-    total = embed + layers * attention + (2 * layers + 1) * hidden
-    if not experts:
-        return total + layers * dense_mlp + _vision(lang.top, hidden)
-    moe_inter = _int(cfg, "moe_intermediate_size", dense_inter)
-    moe = experts * 3 * hidden * moe_inter + hidden * experts  # the experts and the router
+    moe_inter = _int(cfg, "moe_intermediate_size") or _int(cfg, "intermediate_size", 4 * hidden)
+    latent = _int(cfg, "moe_latent_size")
+    # Nemotron 3's latent experts work in moe_latent_size, projected from and back to the hidden width
+    moe = experts * mats * (latent or hidden) * moe_inter + hidden * experts + 2 * hidden * latent
     shared = _int(cfg, "shared_expert_intermediate_size")
-    if shared:  # Qwen2-MoE: one shared expert and its gate
+    if shared:
         moe += 3 * hidden * shared + hidden
-    moe += _int(cfg, "n_shared_experts") * 3 * hidden * moe_inter  # DeepSeek's shared experts
-    dense_layers = _dense_layers(cfg, layers)
-    return total + dense_layers * dense_mlp + (layers - dense_layers) * moe + _vision(lang.top, hidden)
+    if lang.model_type == "llama4_text":
+        moe += 3 * hidden * moe_inter
+    if lang.model_type == "granitemoehybrid":  # GraniteMoeHybridMLP beside the experts, on every layer
+        moe += 3 * hidden * _int(cfg, "shared_intermediate_size")
+    shared_width = _int(cfg, "moe_shared_expert_intermediate_size", moe_inter)
+    return moe + _int(cfg, "n_shared_experts") * mats * hidden * shared_width
 
 
 def _attention(cfg: Mapping[str, Any], hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
@@ -64,18 +100,6 @@ def _attention(cfg: Mapping[str, Any], hidden: int, heads: int, kv_heads: int, h
         q = hidden * q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
         return q + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
     return hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
-
-
-def _dense_layers(cfg: Mapping[str, Any], layers: int) -> int:
-    """Layers with a dense MLP in a mixture-of-experts model: DeepSeek's first ``first_k_dense_replace``;
-    Qwen-MoE's ``mlp_only_layers`` and those off its ``decoder_sparse_step``."""
-    first = _int(cfg, "first_k_dense_replace")
-    if first:
-        return min(first, layers)
-    step = _int(cfg, "decoder_sparse_step", 1)
-    only = cfg.get("mlp_only_layers")
-    listed = set(only) if isinstance(only, Sequence) and not isinstance(only, str) else set()
-    return sum(1 for i in range(layers) if i in listed or (i + 1) % step != 0)
 
 
 def _vision(config: Mapping[str, Any], text_hidden: int) -> int:

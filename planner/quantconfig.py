@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from planner.configs import nested_language
+
 ORIGINAL_BITS: dict[str, float] = {
     "fp32": 16,  # vLLM loads a float32 checkpoint in 16 bits (dtype "auto")
     "bf16": 16,
@@ -34,11 +36,12 @@ _MODELOPT_ALGOS = {"FP8": "fp8", "NVFP4": "nvfp4", "W4A16_AWQ": "awq-int4", "W4A
 
 
 def config_dtype(config: Mapping[str, Any]) -> str:
-    """The weights' dtype by ``torch_dtype`` (newer configs: ``dtype``), here or in ``text_config``, as
-    ``bf16``, ``fp16`` or ``fp32``; ``""`` when the config names none."""
+    """The weights' dtype by ``torch_dtype`` (newer configs: ``dtype``), here or in the nested language
+    model's config (``text_config``, ``llm_config``, ``language_config``), as ``bf16``, ``fp16`` or
+    ``fp32``; ``""`` when the config names none."""
     dtype = config.get("torch_dtype") or config.get("dtype")
-    text = config.get("text_config")
-    if dtype is None and isinstance(text, Mapping):
+    _, text = nested_language(config)
+    if dtype is None and text is not None:
         dtype = text.get("torch_dtype") or text.get("dtype")
     return _DTYPES.get(str(dtype), "")
 
@@ -47,8 +50,8 @@ def original_quant(config: Mapping[str, Any], hf_quant: Any = None) -> str:
     """What an original's weights are: a quantisation's name when ``quantization_config`` or
     ``hf_quant_config.json`` (``hf_quant``) says one, else the dtype (``bf16`` when none is named)."""
     q = config.get("quantization_config")
-    text = config.get("text_config")
-    if q is None and isinstance(text, Mapping):
+    _, text = nested_language(config)
+    if q is None and text is not None:
         q = text.get("quantization_config")
     if isinstance(q, Mapping):
         return _from_quantization_config(q)

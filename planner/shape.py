@@ -9,6 +9,8 @@ from typing import Any
 from planner.configs import LanguageConfig, language_config
 from planner.constants import KV_BYTES_PER_ELEMENT
 from planner.errors import InvalidInput
+from planner.layers import layer_plan
+from planner.mixers import state_bytes_per_sequence
 from planner.model import Shape
 from planner.params import params_from_config, vision_params
 
@@ -61,7 +63,10 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
 
     layers = whole("num_hidden_layers")
     heads = whole("num_attention_heads")
-    kv_heads = _kv_heads(lang, heads, whole)
+    plan = layer_plan(lang, layers)
+    per_layer_heads = sorted({layer.kv_heads for layer in plan if layer.mixer == "attention" and layer.kv_heads})
+    # DeciLM leaves num_key_value_heads null and gives each layer its own: the fewest bound a split
+    kv_heads = per_layer_heads[0] if per_layer_heads else _kv_heads(lang, heads, whole)
     mla = cfg.get("kv_lora_rank") is not None
     if mla:
         per_layer = whole("kv_lora_rank") + whole("qk_rope_head_dim")
@@ -76,15 +81,17 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
                 )
             head_dim = hidden // heads
         per_layer = 2 * kv_heads * head_dim
+    attention = [layer for layer in plan if layer.mixer == "attention"]
+    kv = sum(per_layer * (layer.kv_heads or kv_heads) // kv_heads for layer in attention) * KV_BYTES_PER_ELEMENT
     max_context, where = max_model_len(lang)
     sliding = _sliding_layers(lang, layers)
     windows: tuple[tuple[int, int], ...] = ()
     if sliding and not mla:
         windows = ((sliding[0], sliding[1] * per_layer * KV_BYTES_PER_ELEMENT),)
     return Shape(
-        kv_bytes_per_token=layers * per_layer * KV_BYTES_PER_ELEMENT,
+        kv_bytes_per_token=kv,
         kv_heads=kv_heads,
-        params=params or params_from_config(lang, kv_heads),
+        params=params or params_from_config(lang, kv_heads, plan),
         max_context=max_context,
         heads=heads,
         mla=mla,
@@ -95,6 +102,8 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
         hidden=_size(cfg, "hidden_size"),
         vocab=_size(cfg, "vocab_size"),
         experts=max(_size(cfg, name) for name in EXPERT_FIELDS),
+        attention_layers=len(attention),
+        state_bytes_per_sequence=state_bytes_per_sequence(lang, plan),
     )
 
 

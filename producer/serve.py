@@ -39,6 +39,8 @@ def request_from_repository(
                 "hidden": repo.shape.hidden,
                 "vocab": repo.shape.vocab,
                 "experts": repo.shape.experts,
+                "attention_layers": repo.shape.attention_layers,
+                "state_bytes_per_sequence": repo.shape.state_bytes_per_sequence,
             },
             "context": context,
             "artifact": artifact,

@@ -64,6 +64,55 @@ GPT_OSS_120B = 201088 * 2880 * 2 + 36 * (2880 * 64 * 64 * 2 + 2880 * 8 * 64 * 2 
 GPT_OSS_20B_EXPERTS = 24 * 32 * 3 * 2880 * 2880
 GPT_OSS_20B = 201088 * 2880 * 2 + 24 * (2880 * 64 * 64 * 2 + 2880 * 8 * 64 * 2 + 2880 * 32) + GPT_OSS_20B_EXPERTS
 GENZ_70B = 32000 * 8192 * 2 + 80 * (8192 * 64 * 128 * 2 + 8192 * 8 * 128 * 2 + 3 * 8192 * 28672)
+# Hybrids: a Mamba-2 layer is in_proj (hidden x (inner + conv + heads)), conv1d (conv x kernel) and out_proj
+# (inner x hidden), conv = inner + 2 x groups x state; a gated DeltaNet is in_proj_qkvz and in_proj_ba
+# (hidden x (2 key + 2 value + 2 value heads)), conv1d ((2 key + value) x kernel) and out_proj
+NEMOTRON_H_56B = (
+    131072 * 8192 * 2
+    + 54 * (8192 * (16384 + 20480 + 256) + 20480 * 4 + 16384 * 8192)  # 54 Mamba-2: 256 heads of 64, 8 x 256
+    + 10 * (8192 * 64 * 128 * 2 + 8192 * 8 * 128 * 2)  # 10 attention layers
+    + 54 * 2 * 8192 * 32768  # 54 squared-ReLU MLPs, not gated
+)
+NEMOTRON_3_NANO = (
+    131072 * 2688 * 2
+    + 23 * (2688 * (4096 + 6144 + 64) + 6144 * 4 + 4096 * 2688)  # 23 Mamba-2: 64 heads of 64, 8 x 128
+    + 6 * (2688 * 32 * 128 * 2 + 2688 * 2 * 128 * 2)  # 6 attention layers
+    + 23 * (128 * 2 * 2688 * 1856 + 2688 * 128 + 2 * 2688 * 3712)  # 23 MoE: 128 ungated experts, a shared one
+)
+NEMOTRON_3_SUPER = (
+    131072 * 4096 * 2
+    + 40 * (4096 * (8192 + 10240 + 128) + 10240 * 4 + 8192 * 4096)  # 40 Mamba-2: 128 heads of 64, 8 x 128
+    + 8 * (4096 * 32 * 128 * 2 + 4096 * 2 * 128 * 2)  # 8 attention layers
+    # 40 latent MoE: 512 ungated experts of 2688 in a 1024 latent, its two projections, a shared expert
+    + 40 * (512 * 2 * 1024 * 2688 + 4096 * 512 + 2 * 4096 * 1024 + 2 * 4096 * 5376)
+)
+NEMOTRON_SUPER_49B = (
+    128256 * 8192 * 2
+    + 49 * (8192 * 64 * 128 * 2 + 8192 * 8 * 128 * 2)  # 49 attention layers of 8 KV heads; 31 skip it
+    # ffn_mult 2.625, 5.25, 0.5, 1.0, 1.3125, 3.28125: 2 x mult x 8192 / 3 up to a multiple of 256
+    + 3 * 8192 * (6 * 14336 + 49 * 28672 + 6 * 2816 + 8 * 5632 + 10 * 7168 + 17920)
+)
+LLAMA4_MAVERICK = (
+    202048 * 5120 * 2
+    + 48 * (5120 * 40 * 128 * 2 + 5120 * 8 * 128 * 2)
+    + 24 * 3 * 5120 * 16384  # the dense layers: intermediate_size_mlp
+    + 24 * (128 * 3 * 5120 * 8192 + 5120 * 128 + 3 * 5120 * 8192)  # every second: 128 experts and a shared one
+)
+QWEN35_27B = (
+    248320 * 5120 * 2
+    + 16 * (5120 * 24 * 256 * 3 + 5120 * 4 * 256 * 2)  # every fourth layer gated attention: q, its gate, o
+    + 48 * (5120 * (2 * 2048 + 2 * 6144 + 2 * 48) + 10240 * 4 + 6144 * 5120)  # gated DeltaNet 16 x 128, 48 x 128
+    + 64 * 3 * 5120 * 17408
+    + 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304) + 3 * 2 * 16 * 16 * 1152 + 4608 * 4608 + 4608 * 5120  # vision
+)
+QWEN35_397B = (
+    248320 * 4096 * 2
+    + 15 * (4096 * 32 * 256 * 3 + 4096 * 2 * 256 * 2)
+    + 45 * (4096 * (2 * 2048 + 2 * 8192 + 2 * 64) + 12288 * 4 + 8192 * 4096)  # DeltaNet 16 x 128, 64 x 128
+    + 60 * (512 * 3 * 4096 * 1024 + 4096 * 512 + 3 * 4096 * 1024 + 4096)  # 512 experts, a shared one and its gate
+    + 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304) + 3 * 2 * 16 * 16 * 1152 + 4608 * 4608 + 4608 * 4096  # vision
+)
+JANUS_LANGUAGE = 102400 * 2048 * 2 + 24 * (4 * 2048 * 2048 + 3 * 2048 * 5632)
 
 CASES: dict[str, Case] = {
     "meta-llama--Meta-Llama-3.1-8B": Case(
@@ -270,6 +319,42 @@ CASES: dict[str, Case] = {
         # language model alone, the vision tower being in the projector's file
         kv=2 * 28 * 4 * 128 * 2, params=QWEN25_7B + QWEN2_VL_VISION, bits=4683072672 * 8 / QWEN25_7B, context=32768,
         quant="Q4_K_M", artifacts=("Qwen2-VL-7B-Instruct-Q4_K_M.gguf",), config_from="Qwen--Qwen2-VL-7B-Instruct",
+    ),
+    "nvidia--Nemotron-H-56B-Base-8K": Case(
+        # 10 of 118 layers attention (hybrid_override_pattern); published: 56B
+        kv=10 * 2 * 8 * 128 * 2, params=NEMOTRON_H_56B, bits=16, context=8192, weights=2 * NEMOTRON_H_56B,
+    ),
+    "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": Case(
+        # 6 of 52 layers attention; published: 31.6B total
+        kv=6 * 2 * 2 * 128 * 2, params=NEMOTRON_3_NANO, bits=16, context=262144, weights=2 * NEMOTRON_3_NANO,
+    ),
+    "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8": Case(
+        # moe_latent_size; ModelOpt FP8 (hf_quant_config.json); no listing: weights a placeholder of a byte
+        # a parameter. Published: 120B total
+        kv=8 * 2 * 2 * 128 * 2, params=NEMOTRON_3_SUPER, bits=8, context=262144, quant="fp8",
+        weights=NEMOTRON_3_SUPER,
+    ),
+    "nvidia--Llama-3_3-Nemotron-Super-49B-v1": Case(
+        # block_configs; num_key_value_heads null at the top; published: 49.9B
+        kv=49 * 2 * 8 * 128 * 2, params=NEMOTRON_SUPER_49B, bits=16, context=131072,
+        weights=2 * NEMOTRON_SUPER_49B,
+    ),
+    "meta-llama--Llama-4-Maverick-17B-128E-Instruct": Case(
+        # interleave_moe_layer_step 2; published: 400B total (this config has no vision_config)
+        kv=48 * 2 * 8 * 128 * 2, params=LLAMA4_MAVERICK, bits=16, context=1048576, weights=2 * LLAMA4_MAVERICK,
+    ),
+    "Qwen--Qwen3.5-27B": Case(
+        # text_config: 16 of 64 layers full attention, the rest gated DeltaNet; named 27B
+        kv=16 * 2 * 4 * 256 * 2, params=QWEN35_27B, bits=16, context=262144, weights=2 * QWEN35_27B,
+    ),
+    "Qwen--Qwen3.5-397B-A17B": Case(
+        # 15 of 60 layers full attention; experts on every layer; named 397B
+        kv=15 * 2 * 2 * 256 * 2, params=QWEN35_397B, bits=16, context=262144, weights=2 * QWEN35_397B,
+    ),
+    "deepseek-ai--Janus-1.3B": Case(
+        # the language model under language_config; the vision tower's config ("cls", "params") is not
+        # read, so its ~0.3B are not counted
+        kv=2 * 24 * 16 * 128 * 2, params=JANUS_LANGUAGE, bits=16, context=16384, weights=2 * JANUS_LANGUAGE,
     ),
 }
 # fmt: on
