@@ -322,6 +322,14 @@ CASE_ARCHITECTURES: dict[str, str] = {
 architectures: their counts are those cases'."""
 
 ENTRIES: dict[str, Entry] = {
+    "deepseek-ai--Janus-1.3B": Entry(
+        # multi_modality, with no architectures key: its language_config is a Llama, counted alone
+        "", CASES["deepseek-ai--Janus-1.3B"].params, CASES["deepseek-ai--Janus-1.3B"].kv,
+    ),
+    "meta-llama--Llama-4-Maverick-17B-128E-Instruct": Entry(
+        "Llama4ForConditionalGeneration", CASES["meta-llama--Llama-4-Maverick-17B-128E-Instruct"].params,
+        CASES["meta-llama--Llama-4-Maverick-17B-128E-Instruct"].kv, listed_as="Llama4ForCausalLM",
+    ),
     **{name: Entry(arch, CASES[name].params, CASES[name].kv) for name, arch in CASE_ARCHITECTURES.items()},
     # vLLM's registry's examples and their kin, added against vLLM's list
     "LGAI-EXAONE--EXAONE-3.5-7.8B-Instruct": Entry(
@@ -359,7 +367,6 @@ ENTRIES: dict[str, Entry] = {
     "Qwen--Qwen3.5-27B": Entry(
         # 16 of 64 layers attend (every 4th), their q_proj twice wide for the output gate
         "Qwen3_5ForConditionalGeneration",
-        status="pending", line="caches all 64 layers, not the 16 that attend",
         kv=16 * 2 * 4 * 256 * 2,
         params=248320 * 5120 * 2 + 64 * 3 * 5120 * 17408
         + 16 * (5120 * 24 * 256 * 2 + 5120 * 4 * 256 * 2 + 24 * 256 * 5120) + 48 * GATED_DELTANET_27B
@@ -367,7 +374,6 @@ ENTRIES: dict[str, Entry] = {
     ),
     "Qwen--Qwen3.5-35B-A3B": Entry(
         "Qwen3_5MoeForConditionalGeneration",
-        status="pending", line="caches all 40 layers, not the 10 that attend",
         kv=10 * 2 * 2 * 256 * 2,
         params=248320 * 2048 * 2 + 40 * (256 * 3 * 2048 * 512 + 3 * 2048 * 512 + 2048 * 257)
         + 10 * (2048 * 16 * 256 * 2 + 2048 * 2 * 256 * 2 + 16 * 256 * 2048) + 30 * GATED_DELTANET_35B
@@ -406,7 +412,6 @@ ENTRIES: dict[str, Entry] = {
     "meta-llama--Llama-4-Scout-17B-16E-Instruct": Entry(
         # 36 of 48 layers attend within chunks of 8192; this config has no vision_config, counted without
         "Llama4ForConditionalGeneration",
-        status="pending", line="leaves out the shared expert",
         kv=2 * 48 * 8 * 128 * 2, params=LLAMA4_SCOUT_TEXT, listed_as="Llama4ForCausalLM",
     ),
     "meta-llama--Meta-Llama-3.1-405B": Entry(
@@ -425,13 +430,11 @@ ENTRIES: dict[str, Entry] = {
     "nvidia--Llama-3_3-Nemotron-Super-49B-v1": Entry(
         # 49 of 80 blocks attend (n_heads_in_group 8: 8 KV heads); each block its own MLP width
         "DeciLMForCausalLM",
-        status="pending", line="block_configs not read: 80 whole layers of 64 KV heads",
         kv=2 * 49 * 8 * 128 * 2, params=NEMOTRON_SUPER_49B,
     ),
     "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": Entry(
         # 23 Mamba-2, 23 MoE (128 experts and a shared one, squared-ReLU: up and down only), 6 attention
         "NemotronHForCausalLM",
-        status="pending", line="hybrid_override_pattern not read: every layer attends",
         kv=6 * 2 * 2 * 128 * 2,
         params=131072 * 2688 * 2 + 23 * MAMBA2_NANO
         + 23 * (128 * 2 * 2688 * 1856 + 2 * 2688 * 3712 + 2688 * 128)
@@ -440,7 +443,6 @@ ENTRIES: dict[str, Entry] = {
     "nvidia--Nemotron-H-56B-Base-8K": Entry(
         # 54 Mamba-2, 54 squared-ReLU MLP (up and down), 10 attention layers
         "NemotronHForCausalLM",
-        status="pending", line="hybrid_override_pattern not read: every layer attends",
         kv=10 * 2 * 8 * 128 * 2,
         params=131072 * 8192 * 2 + 54 * MAMBA2_56B + 54 * 2 * 8192 * 32768
         + 10 * (8192 * 64 * 128 * 2 + 8192 * 8 * 128 * 2),
@@ -481,7 +483,6 @@ ENTRIES: dict[str, Entry] = {
     "ai21labs--AI21-Jamba-1.5-Mini": Entry(
         # 4 of 32 layers attend (every 8th from 4); 16 of 32 MLPs are 16 experts (every 2nd from 1)
         "JambaForCausalLM", kv=4 * 2 * 8 * 128 * 2,
-        status="pending", line="counts all 32 layers as attention and as mixtures of experts",
         params=65536 * 4096 * 2 + 28 * MAMBA1_4096 + 4 * (4096 * 32 * 128 * 2 + 4096 * 8 * 128 * 2)
         + 16 * (16 * 3 * 4096 * 14336 + 4096 * 16) + 16 * 3 * 4096 * 14336,
     ),
@@ -555,21 +556,18 @@ ENTRIES: dict[str, Entry] = {
     "nvidia--Llama-3_1-Nemotron-Ultra-253B-v1": Entry(
         # 64 of 162 blocks attend (n_heads_in_group 16: 8 KV heads); 81 MLPs are no_op
         "DeciLMForCausalLM", kv=2 * 64 * 8 * 128 * 2, params=NEMOTRON_ULTRA_253B,
-        status="pending", line="block_configs not read: 162 whole layers of 128 KV heads",
     ),
     "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8": Entry(
         # 40 Mamba-2, 40 LatentMoE, 8 attention layers (hybrid_override_pattern); the MTP layers not loaded
         "NemotronHForCausalLM", kv=8 * 2 * 2 * 128 * 2,
         params=131072 * 4096 * 2 + 40 * MAMBA2_SUPER + 40 * LATENT_MOE_SUPER
         + 8 * (4096 * 32 * 128 * 2 + 4096 * 2 * 128 * 2),
-        status="pending", line="hybrid_override_pattern not read: every layer attends",
     ),
     "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": Entry(
         # layers_block_type: 48 mamba, 48 moe, 12 attention; no num_hidden_layers in the file
         "NemotronHForCausalLM", kv=12 * 2 * 2 * 128 * 2,
         params=131072 * 8192 * 2 + 48 * MAMBA2_ULTRA + 48 * LATENT_MOE_ULTRA
         + 12 * (8192 * 64 * 128 * 2 + 8192 * 2 * 128 * 2),
-        status="refused", line="num_hidden_layers: missing",
     ),
     "Qwen--Qwen3.5-397B-A17B": Entry(
         # 15 of 60 layers attend; 512 experts of 1024, a shared expert of 1024 and its gate
@@ -577,7 +575,6 @@ ENTRIES: dict[str, Entry] = {
         params=248320 * 4096 * 2 + 60 * (512 * 3 * 4096 * 1024 + 3 * 4096 * 1024 + 4096 * 513)
         + 15 * (4096 * 32 * 256 * 2 + 4096 * 2 * 256 * 2 + 32 * 256 * 4096) + 45 * GATED_DELTANET_397B
         + QWEN35_VISION + 1152 * 4 * 4096,
-        status="pending", line="caches all 60 layers, not the 15 that attend",
     ),
     "zai-org--GLM-4.5": Entry(
         # 96 heads of 128, 8 KV heads; 3 dense layers, 89 of 160 experts of 1536, a shared one, a router

@@ -35,7 +35,8 @@ def test_entry_names_the_configs_architecture(name: str) -> None:
     if not path.exists():
         assert entry.architecture == "" and entry.status == "refused"
         return
-    assert json.loads(path.read_text())["architectures"][0] == entry.architecture
+    # a config with no architectures key (Janus's multi_modality) names none
+    assert (json.loads(path.read_text()).get("architectures") or [""])[0] == entry.architecture
     assert (entry.status == "read") == (entry.line == "")
     assert entry.listed_as == "" or entry.listed_as in ARCHITECTURES
 
