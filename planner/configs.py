@@ -252,6 +252,13 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 131072,
         "tie_word_embeddings": False,
     },
+    # the output head tied to the embeddings unless the config says otherwise: GPTBigCodeConfig and
+    # Starcoder2Config pass PretrainedConfig's tie_word_embeddings=True through, MiniCPM3Config sets it
+    # True (configuration_minicpm3.py); GPTBigCodeForCausalLM, Starcoder2ForCausalLM and
+    # MiniCPM3ForCausalLM then share the embedding matrix with lm_head (_tied_weights_keys)
+    "gpt_bigcode": {"tie_word_embeddings": True},
+    "starcoder2": {"tie_word_embeddings": True},
+    "minicpm3": {"tie_word_embeddings": True},
 }
 """What each config class gives a field the config leaves out."""
 

@@ -18,11 +18,16 @@ from planner.mixers import mixer_params
 
 UNGATED_MLP = frozenset(
     {"gpt2", "gptj", "gpt_neox", "falcon", "RefinedWeb", "RefinedWebModel", "gpt_bigcode", "starcoder2"}
-    | {"nemotron", "nemotron_h"}
+    | {"nemotron", "nemotron_h", "phi"}
 )
 """Model types whose MLP is two matrices (up, down) rather than three (gate, up, down): StarCoder2's
 ``c_fc``/``c_proj`` (Starcoder2MLP), Nemotron's squared-ReLU ``up_proj``/``down_proj`` (NemotronMLP,
-NemotronHMLP and its experts)."""
+NemotronHMLP and its experts), Phi's ``fc1``/``fc2`` (PhiMLP, modeling_phi.py)."""
+
+HALVED_MLP = frozenset({"qwen"})
+"""Model types whose ``intermediate_size`` is twice each MLP matrix's width: QWen v1's ``w1`` and ``w2``
+are ``intermediate_size // 2`` wide and ``c_proj`` takes that width back (QWenMLP, Qwen's
+modeling_qwen.py; vLLM's qwen.py builds ``QWenMLP(hidden_size, intermediate_size // 2)``)."""
 
 
 def _int(cfg: Mapping[str, Any], name: str, default: int = 0) -> int:
@@ -49,6 +54,8 @@ def params_from_config(lang: LanguageConfig, kv_heads: int, plan: tuple[Layer, .
     mats = 2 if lang.model_type in UNGATED_MLP else 3
     # Llama 4: the dense layers' MLP is intermediate_size_mlp wide, the experts' intermediate_size
     dense_inter = _int(cfg, "intermediate_size_mlp") or _int(cfg, "intermediate_size", 4 * hidden)
+    if lang.model_type in HALVED_MLP:
+        dense_inter //= 2
     if lang.model_type == "granitemoehybrid":  # its dense MLP is the shared one every layer has
         dense_inter = _int(cfg, "shared_intermediate_size", dense_inter)
     moe = _moe(lang, hidden, mats) if any(layer.mlp == "moe" for layer in plan) else 0

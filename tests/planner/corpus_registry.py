@@ -343,7 +343,6 @@ ENTRIES: dict[str, Entry] = {
     "Qwen--Qwen-7B": Entry(
         # QWen's MLP is two halves of intermediate_size: w1 and w2 of 11008, c_proj back
         "QWenLMHeadModel",
-        status="pending", line="counts the MLP at intermediate_size, not at its halves of 11008",
         kv=2 * 32 * 32 * 128 * 2,
         params=151936 * 4096 * 2 + 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008),
     ),
@@ -450,7 +449,6 @@ ENTRIES: dict[str, Entry] = {
     "openbmb--MiniCPM3-4B": Entry(
         # MLA with q_lora_rank 768, kv_lora_rank 256; values of qk_nope_head_dim (64); embeddings tied
         "MiniCPM3ForCausalLM",
-        status="pending", line="counts an output head apart from the tied embeddings",
         kv=62 * (256 + 32) * 2,
         params=73448 * 2560 + 62 * (
             2560 * 768 + 768 * 40 * 96 + 2560 * 288 + 256 * 40 * 128 + 40 * 64 * 2560 + 3 * 2560 * 6400
@@ -473,7 +471,6 @@ ENTRIES: dict[str, Entry] = {
     "microsoft--phi-2": Entry(
         # MHA of 32 heads of 80; an ungated MLP (fc1, fc2) of 10240
         "PhiForCausalLM", kv=2 * 32 * 32 * 80 * 2,
-        status="pending", line="counts a gated MLP (three matrices) where phi-2 has two",
         params=51200 * 2560 * 2 + 32 * (4 * 2560 * 2560 + 2 * 2560 * 10240),
     ),
     "microsoft--phi-4": Entry(
@@ -494,7 +491,7 @@ ENTRIES: dict[str, Entry] = {
     "bigcode--gpt_bigcode-santacoder": Entry(
         # multi_query: one KV head of 128; wte tied to the head; learned positions of 2048
         "GPTBigCodeForCausalLM",
-        status="pending", line="counts an output head apart from the tied embeddings", kv=2 * 24 * 1 * 128 * 2,
+        kv=2 * 24 * 1 * 128 * 2,
         params=49280 * 2048 + 2048 * 2048 + 24 * (2048 * (2048 + 2 * 128) + 2048 * 2048 + 2 * 2048 * 8192),
     ),
     "Qwen--Qwen1.5-MoE-A2.7B": Entry(
@@ -514,7 +511,6 @@ ENTRIES: dict[str, Entry] = {
     "bigcode--starcoder2-7b": Entry(
         # an ungated MLP (c_fc, c_proj); embeddings tied (Starcoder2Config's default); a window of 4096
         "Starcoder2ForCausalLM",
-        status="pending", line="counts a gated MLP and an output head where StarCoder2 has neither",
         kv=2 * 32 * 4 * 128 * 2,
         params=49152 * 4608 + 32 * (4608 * 36 * 128 * 2 + 4608 * 4 * 128 * 2 + 2 * 4608 * 18432),
     ),
