@@ -49,6 +49,13 @@ KV_BYTES_PER_ELEMENT = 2
 16-bit for the models it serves. Float32 checkpoints are still counted at 16 bits: both engines serve
 them in 16 bits by default."""
 
+INDEXER_QUANT_BLOCK = 128
+"""Values per fp32 scale in a sparse-attention indexer's fp8 key cache (vLLM's DeepSeek-V3.2 ``Indexer``:
+``quant_block_size = 128``)."""
+
+INDEXER_SCALE_BYTES = 4
+"""Bytes of one such scale (fp32)."""
+
 DEFAULT_CONTEXT = 4096
 """The context (tokens) planned for when a request names none: llama.cpp server's ``--ctx-size`` default
 in long-standing releases. Pass the context you serve."""

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from planner.configs import LanguageConfig, language_config
-from planner.constants import KV_BYTES_PER_ELEMENT
+from planner.constants import INDEXER_QUANT_BLOCK, INDEXER_SCALE_BYTES, KV_BYTES_PER_ELEMENT
 from planner.errors import InvalidInput
 from planner.layers import layer_plan
 from planner.mixers import state_bytes_per_sequence
@@ -40,7 +40,8 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
     many as the attention heads (Falcon and GPT-BigCode's ``multi_query`` one, ChatGLM's
     ``multi_query_group_num``); ``head_dim`` absent means ``hidden_size / num_attention_heads``. MLA
     models (``kv_lora_rank``, as DeepSeek's) cache one latent of ``kv_lora_rank + qk_rope_head_dim`` per
-    layer. ``params`` is the parameter count where something else tells it; 0 counts it from the shapes.
+    layer, and DeepSeek-V3.2's indexer its key (``_indexer_key_bytes``). ``params`` is the parameter
+    count where something else tells it; 0 counts it from the shapes.
     """
     if config is None:
         raise InvalidInput(source, "(file)", "missing: a repository needs its config.json")
@@ -83,6 +84,7 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
         per_layer = 2 * kv_heads * head_dim
     attention = [layer for layer in plan if layer.mixer == "attention"]
     kv = sum(per_layer * (layer.kv_heads or kv_heads) // kv_heads for layer in attention) * KV_BYTES_PER_ELEMENT
+    kv += len(attention) * _indexer_key_bytes(cfg)
     max_context, where = max_model_len(lang)
     sliding = _sliding_layers(lang, layers)
     windows: tuple[tuple[int, int], ...] = ()
@@ -105,6 +107,18 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
         attention_layers=len(attention),
         state_bytes_per_sequence=state_bytes_per_sequence(lang, plan),
     )
+
+
+def _indexer_key_bytes(cfg: Mapping[str, Any]) -> int:
+    """Bytes per token per layer of a sparse-attention indexer's key cache, 0 without one. vLLM builds the
+    indexer where the config has ``index_topk`` (DeepSeek-V3.2, GLM-5) and caches its key, one head of
+    ``index_head_dim``, in fp8 with an fp32 scale per ``INDEXER_QUANT_BLOCK`` values
+    (``DeepseekV32IndexerCache(head_dim=head_dim + head_dim // quant_block_size * 4, dtype=torch.uint8)``,
+    vllm/model_executor/models/deepseek_v2.py), beside the MLA latent."""
+    if cfg.get("index_topk") is None:
+        return 0
+    head_dim = _size(cfg, "index_head_dim")
+    return head_dim + head_dim // INDEXER_QUANT_BLOCK * INDEXER_SCALE_BYTES
 
 
 EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")

@@ -396,7 +396,6 @@ ENTRIES: dict[str, Entry] = {
     "deepseek-ai--DeepSeek-V3.2": Entry(
         # the MLA latent and the indexer's key (128 fp8 bytes and a 4-byte scale) a layer
         "DeepseekV32ForCausalLM",
-        status="pending", line="leaves out the indexer's key cache",
         kv=61 * ((512 + 64) * 2 + 128 + 4), params=DEEPSEEK_V3 + 61 * DSA_INDEXER,
     ),
     "google--gemma-2-2b-it": Entry(
@@ -465,7 +464,6 @@ ENTRIES: dict[str, Entry] = {
     "zai-org--GLM-5": Entry(
         # MLA latent and the indexer's key (as DeepSeek-V3.2) a layer; the MTP layer is not loaded
         "GlmMoeDsaForCausalLM",
-        status="pending", line="leaves out the indexer's key cache",
         kv=78 * ((512 + 64) * 2 + 128 + 4), params=GLM5,
     ),
     "microsoft--phi-2": Entry(
