@@ -124,6 +124,8 @@ def layer_plan(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
         return _jamba(lang, layers)
     if model_type == "bamba":
         return _bamba(lang, layers)
+    if "hybrid_layer_pattern" in cfg:
+        return _hybrid_layer_pattern(lang, layers)
     kinds = cfg.get("attn_type_list")
     if isinstance(kinds, list) and len(kinds) == layers and all(type(k) is int and k == 1 for k in kinds):
         # MiniMax's 1 is softmax attention (0 its lightning attention): MiniMax-M2 has it on every layer
@@ -182,6 +184,10 @@ def _mlp(cfg: Mapping[str, Any], i: int) -> Mlp:
     0``)."""
     if not any(_int(cfg, name) for name in ("num_local_experts", "num_experts", "n_routed_experts")):
         return "dense"
+    freq = cfg.get("moe_layer_freq")
+    if isinstance(freq, Sequence) and not isinstance(freq, str):
+        # MiMo-V2-Flash lists it a layer each: experts where it is 1 (vLLM's mimo_v2_flash.py)
+        return "moe" if i < len(freq) and freq[i] else "dense"
     first = _int(cfg, "first_k_dense_replace")
     if first or "moe_layer_freq" in cfg:
         return "moe" if i >= first and i % _int(cfg, "moe_layer_freq", 1) == 0 else "dense"
@@ -192,6 +198,35 @@ def _mlp(cfg: Mapping[str, Any], i: int) -> Mlp:
     if isinstance(only, Sequence) and not isinstance(only, str) and i in only:
         return "dense"
     return "moe" if (i + 1) % _int(cfg, "decoder_sparse_step", 1) == 0 else "dense"
+
+
+SWA_SAME_AS_FULL = (
+    ("swa_num_attention_heads", "num_attention_heads"),
+    ("swa_head_dim", "head_dim"),
+    ("swa_v_head_dim", "v_head_dim"),
+)
+"""MiMo-V2-Flash's sliding-layer sizes that the planner counts as the full layers' (a layer's heads and
+head widths are the model's; only its KV heads may differ)."""
+
+
+def _hybrid_layer_pattern(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
+    """MiMo-V2-Flash: ``hybrid_layer_pattern`` a layer each, 1 a sliding-window layer of
+    ``swa_num_key_value_heads`` KV heads, 0 a full one of ``num_key_value_heads`` (vLLM's
+    mimo_v2_flash.py and transformers' MiMoV2FlashAttention build them so). Refused where the sliding
+    layers' query heads or head widths (``swa_*``) differ from the full layers'."""
+    cfg = lang.fields
+    pattern = cfg.get("hybrid_layer_pattern")
+    if not isinstance(pattern, Sequence) or isinstance(pattern, str) or len(pattern) != layers:
+        raise _refuse(lang, "hybrid_layer_pattern", f"must list one layer kind for each of the {layers} layers")
+    for swa, full in SWA_SAME_AS_FULL:
+        if cfg.get(swa) is not None and cfg.get(swa) != cfg.get(full):
+            raise _refuse(lang, swa, f"{cfg.get(swa)!r} differs from {full} {cfg.get(full)!r}")
+    full_heads = _int(cfg, "num_key_value_heads") or _int(cfg, "num_attention_heads")
+    sliding_heads = _int(cfg, "swa_num_key_value_heads", full_heads)
+    return tuple(
+        Layer("attention", _mlp(cfg, i), kv_heads=sliding_heads if kind else full_heads)
+        for i, kind in enumerate(pattern)
+    )
 
 
 def _nemotron_h(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:

@@ -106,7 +106,10 @@ def _attention(cfg: Mapping[str, Any], hidden: int, heads: int, kv_heads: int, h
         q_lora = _int(cfg, "q_lora_rank")
         q = hidden * q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
         return q + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
-    return hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
+    # values of their own width where the config says (MiMo-V2-Flash: v_proj and o_proj of v_head_dim,
+    # MiMoV2FlashAttention)
+    v_dim = _int(cfg, "v_head_dim", head_dim)
+    return hidden * heads * (head_dim + v_dim) + hidden * kv_heads * (head_dim + v_dim)
 
 
 def _vision(config: Mapping[str, Any], text_hidden: int) -> int:

@@ -81,7 +81,8 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
                     lang.source, "hidden_size", f"{hidden} does not divide by num_attention_heads {heads}"
                 )
             head_dim = hidden // heads
-        per_layer = 2 * kv_heads * head_dim
+        # keys of head_dim, values of v_head_dim where the config sets it apart (MiMo-V2-Flash)
+        per_layer = kv_heads * (head_dim + whole("v_head_dim", default=head_dim))
     attention = [layer for layer in plan if layer.mixer == "attention"]
     kv = sum(per_layer * (layer.kv_heads or kv_heads) // kv_heads for layer in attention) * KV_BYTES_PER_ELEMENT
     kv += len(attention) * _indexer_key_bytes(cfg)

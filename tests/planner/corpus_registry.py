@@ -386,7 +386,6 @@ ENTRIES: dict[str, Entry] = {
     "XiaomiMiMo--MiMo-V2-Flash": Entry(
         # 39 of 48 layers slide over 128 tokens; keys of 192, values of 128
         "MiMoV2FlashForCausalLM",
-        status="pending", line="reads neither the sliding layers' 8 KV heads nor the 128-wide values",
         kv=9 * 4 * (192 + 128) * 2 + 39 * 8 * (192 + 128) * 2, params=MIMO_V2_FLASH,
     ),
     "baichuan-inc--Baichuan2-7B-Chat": Entry(
