@@ -582,6 +582,11 @@ ENTRIES: dict[str, Entry] = {
         params=151552 * 5120 * 2 + 92 * (5120 * 96 * 128 * 2 + 5120 * 8 * 128 * 2) + 3 * 3 * 5120 * 12288
         + 89 * (160 * 3 * 5120 * 1536 + 3 * 5120 * 1536 + 5120 * 160),
     ),
+    "allenai--OLMoE-1B-7B-0125-Instruct": Entry(
+        # 64 experts of 1024 on every layer (8 routed a token), a router; q_norm and k_norm; untied
+        "OlmoeForCausalLM", kv=2 * 16 * 16 * 128 * 2,
+        params=50304 * 2048 * 2 + 16 * (4 * 2048 * 2048 + 64 * 3 * 2048 * 1024 + 2048 * 64),
+    ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
         note="an adapter's files only: its base model is meta-llama--Llama-3.2-3B",
