@@ -587,6 +587,11 @@ ENTRIES: dict[str, Entry] = {
         "OlmoeForCausalLM", kv=2 * 16 * 16 * 128 * 2,
         params=50304 * 2048 * 2 + 16 * (4 * 2048 * 2048 + 64 * 3 * 2048 * 1024 + 2048 * 64),
     ),
+    "nvidia--Minitron-4B-Base": Entry(
+        # an ungated MLP (up, down) of squared ReLU; partial rotary 0.5; untied
+        "NemotronForCausalLM", kv=2 * 32 * 8 * 128 * 2,
+        params=256000 * 3072 * 2 + 32 * (3072 * 24 * 128 * 2 + 3072 * 8 * 128 * 2 + 2 * 3072 * 9216),
+    ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
         note="an adapter's files only: its base model is meta-llama--Llama-3.2-3B",
