@@ -592,6 +592,12 @@ ENTRIES: dict[str, Entry] = {
         "NemotronForCausalLM", kv=2 * 32 * 8 * 128 * 2,
         params=256000 * 3072 * 2 + 32 * (3072 * 24 * 128 * 2 + 3072 * 8 * 128 * 2 + 2 * 3072 * 9216),
     ),
+    "Qwen--Qwen3-Next-80B-A3B-Thinking": Entry(
+        # 12 of 48 layers attend (every 4th); 512 experts of 512, a shared expert of 512 and its gate
+        "Qwen3NextForCausalLM", kv=12 * 2 * 2 * 256 * 2,
+        params=151936 * 2048 * 2 + 48 * (512 * 3 * 2048 * 512 + 3 * 2048 * 512 + 2048 * 513)
+        + 12 * (2048 * 16 * 256 * 2 + 2048 * 2 * 256 * 2 + 16 * 256 * 2048) + 36 * GATED_DELTANET_35B,
+    ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
         note="an adapter's files only: its base model is meta-llama--Llama-3.2-3B",
