@@ -598,6 +598,13 @@ ENTRIES: dict[str, Entry] = {
         params=151936 * 2048 * 2 + 48 * (512 * 3 * 2048 * 512 + 3 * 2048 * 512 + 2048 * 513)
         + 12 * (2048 * 16 * 256 * 2 + 2048 * 2 * 256 * 2 + 16 * 256 * 2048) + 36 * GATED_DELTANET_35B,
     ),
+    "zai-org--GLM-4.7-Flash": Entry(
+        # MLA of 20 heads (q latent 768, kv latent 512, rope 64); 1 dense layer, 46 of 64 experts and a shared one
+        "Glm4MoeLiteForCausalLM", kv=47 * (512 + 64) * 2,
+        params=154880 * 2048 * 2
+        + 47 * (2048 * 768 + 768 * 20 * 256 + 2048 * 576 + 512 * 20 * (192 + 256) + 20 * 256 * 2048)
+        + 3 * 2048 * 10240 + 46 * (64 * 3 * 2048 * 1536 + 3 * 2048 * 1536 + 2048 * 64),
+    ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
         note="an adapter's files only: its base model is meta-llama--Llama-3.2-3B",
