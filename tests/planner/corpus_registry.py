@@ -575,6 +575,29 @@ ENTRIES: dict[str, Entry] = {
         params=151552 * 5120 * 2 + 92 * (5120 * 96 * 128 * 2 + 5120 * 8 * 128 * 2) + 3 * 3 * 5120 * 12288
         + 89 * (160 * 3 * 5120 * 1536 + 3 * 5120 * 1536 + 5120 * 160),
     ),
+    "allenai--OLMoE-1B-7B-0125-Instruct": Entry(
+        # 64 experts of 1024 on every layer (8 routed a token), a router; q_norm and k_norm; untied
+        "OlmoeForCausalLM", kv=2 * 16 * 16 * 128 * 2,
+        params=50304 * 2048 * 2 + 16 * (4 * 2048 * 2048 + 64 * 3 * 2048 * 1024 + 2048 * 64),
+    ),
+    "nvidia--Minitron-4B-Base": Entry(
+        # an ungated MLP (up, down) of squared ReLU; partial rotary 0.5; untied
+        "NemotronForCausalLM", kv=2 * 32 * 8 * 128 * 2,
+        params=256000 * 3072 * 2 + 32 * (3072 * 24 * 128 * 2 + 3072 * 8 * 128 * 2 + 2 * 3072 * 9216),
+    ),
+    "Qwen--Qwen3-Next-80B-A3B-Thinking": Entry(
+        # 12 of 48 layers attend (every 4th); 512 experts of 512, a shared expert of 512 and its gate
+        "Qwen3NextForCausalLM", kv=12 * 2 * 2 * 256 * 2,
+        params=151936 * 2048 * 2 + 48 * (512 * 3 * 2048 * 512 + 3 * 2048 * 512 + 2048 * 513)
+        + 12 * (2048 * 16 * 256 * 2 + 2048 * 2 * 256 * 2 + 16 * 256 * 2048) + 36 * GATED_DELTANET_35B,
+    ),
+    "zai-org--GLM-4.7-Flash": Entry(
+        # MLA of 20 heads (q latent 768, kv latent 512, rope 64); 1 dense layer, 46 of 64 experts and a shared one
+        "Glm4MoeLiteForCausalLM", kv=47 * (512 + 64) * 2,
+        params=154880 * 2048 * 2
+        + 47 * (2048 * 768 + 768 * 20 * 256 + 2048 * 576 + 512 * 20 * (192 + 256) + 20 * 256 * 2048)
+        + 3 * 2048 * 10240 + 46 * (64 * 3 * 2048 * 1536 + 3 * 2048 * 1536 + 2048 * 64),
+    ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
         note="an adapter's files only: its base model is meta-llama--Llama-3.2-3B",
