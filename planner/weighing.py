@@ -17,7 +17,7 @@ from planner.constants import KV_BYTES_PER_ELEMENT
 from planner.model import Shape
 from planner.quantconfig import config_dtype, is_quantised, original_quant
 from planner.shape import shape_from_config
-from planner.weights import WeightsReading
+from planner.weights import WeightsReading, kv_layers_by_name
 
 BYTES_TRUSTED = 0.7
 """How far below the config's dtype the files' bytes a parameter may fall before the dtype is doubted:
@@ -63,7 +63,8 @@ def shape_of(
     shape = replace(counted, params=params or counted.params)
     shape, notes = against_files(shape, counted.params, original_bytes, dtype_bytes(config, hf_quant))
     if reading is None:
-        return shape, notes
+        shape, named = by_names(shape, index)
+        return shape, (*notes, *named)
     shape, more = with_weights(shape, reading)
     return shape, (*notes, *more)
 
@@ -90,6 +91,27 @@ def with_weights(shape: Shape, reading: WeightsReading) -> tuple[Shape, Notes]:
             kv = new
     shape = replace(shape, params=reading.params or shape.params, kv_bytes_per_token=kv, windows=windows)
     return shape, (*notes, *reading.notes)
+
+
+def by_names(shape: Shape, index: Any) -> tuple[Shape, Notes]:
+    """``shape`` with its KV cache over the layers the index's tensor names show a key/value projection in,
+    where those are fewer than the config's arithmetic counted (a hybrid whose config the reader took for
+    a plain decoder): the names win, and a note says so. Without names, or where every layer has one, as
+    it was."""
+    weight_map = index.get("weight_map") if isinstance(index, Mapping) else None
+    if not isinstance(weight_map, Mapping) or not shape.layers or not shape.kv_bytes_per_token:
+        return shape, ()
+    layers, kv_layers = kv_layers_by_name(weight_map)
+    counted = shape.attention_layers or shape.layers  # the layers the config's arithmetic gave a cache
+    if not kv_layers or len(kv_layers) >= counted or layers != shape.layers:
+        return shape, ()
+    kv = shape.kv_bytes_per_token * len(kv_layers) // counted
+    note = (
+        f"KV cache from the index's tensor names: {kv:,} bytes a token ({len(kv_layers)} of {layers} layers hold "
+        f"key/value projections); the config's arithmetic gave {shape.kv_bytes_per_token:,} over {counted}"
+    )
+    windows = tuple((w, b * len(kv_layers) // counted) for w, b in shape.windows)
+    return replace(shape, kv_bytes_per_token=kv, windows=windows, attention_layers=len(kv_layers)), (note,)
 
 
 def against_files(shape: Shape, counted: int, files_bytes: int, dtype_bytes: int) -> tuple[Shape, Notes]:

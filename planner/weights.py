@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -293,6 +293,13 @@ def _values_per_element(
         if part == "weight" and any(module + tail in tensors for tail in _PACKED_4BIT_BESIDE):
             return 2
     return 1
+
+
+def kv_layers_by_name(names: Iterable[str]) -> tuple[int, tuple[int, ...]]:
+    """From tensor names alone (an index's ``weight_map``): the language model's layer count and its layers
+    that carry a key/value projection (widths need the headers' shapes)."""
+    layers, kv, _ = _kv_layers({n: ("", (), 0) for n in names if isinstance(n, str)})
+    return layers, kv
 
 
 def _kv_layers(

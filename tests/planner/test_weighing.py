@@ -146,3 +146,34 @@ def test_a_folder_header_past_the_limit_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="past the format's limit") as e:
         repository_from_folder(tmp_path)
     assert "\n" not in str(e.value)
+
+
+def test_an_unknown_model_type_whose_index_shows_non_attention_layers_is_not_planned_as_a_dense_decoder() -> None:
+    """A model type the reader has no rule for, whose config reads as a plain decoder, and whose index names
+    key/value projections in half its layers (the others a Mamba mixer): the names win, and it says so."""
+    config = {
+        "model_type": "mystery",
+        "architectures": ["MysteryForCausalLM"],
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "intermediate_size": 4096,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+        "torch_dtype": "bfloat16",
+    }
+    shard = "model-00001-of-00001.safetensors"
+    weight_map = {}
+    for i in range(4):
+        parts = ("q_proj", "k_proj", "v_proj", "o_proj") if i % 2 == 0 else ("in_proj", "A_log", "conv1d", "out_proj")
+        where = "self_attn" if i % 2 == 0 else "mixer"
+        weight_map.update({f"model.layers.{i}.{where}.{p}.weight": shard for p in parts})
+    index = {"metadata": {"total_size": 600_000_000}, "weight_map": weight_map}
+    files = [{"path": "config.json", "size": 500}, {"path": shard, "size": 600_000_000}]
+    dense = repository_from_listing(files, config)
+    read = repository_from_listing([*files, {"path": "model.safetensors.index.json", "size": 1000}], config, index)
+    assert dense.shape.kv_bytes_per_token == 4 * 2 * 8 * 128 * 2
+    assert read.shape.kv_bytes_per_token == 2 * 2 * 8 * 128 * 2
+    assert read.shape.attention_layers == 2
+    assert any("2 of 4 layers hold key/value projections" in n for n in read.notes)
