@@ -1,5 +1,7 @@
-"""The README's examples, run as a person would run them: the "Running it" block keeps its node in the
-pool, and the stream example follows every change rather than returning once."""
+"""The documents' examples, run as a person would run them: README.md's quick start and dry run, the
+operating guide's "Running it" block, which keeps its node in the pool, the dry runs in the command
+reference, whose printed output must match, and the client guide's Redis commands and stream loop,
+which follows every change rather than returning once."""
 
 from __future__ import annotations
 
@@ -16,20 +18,55 @@ import redis
 from worker.constants import NODE_TTL_MS
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+README = ROOT / "README.md"
+OPERATING = ROOT / "docs" / "OPERATING.md"
+CLI = ROOT / "docs" / "CLI.md"
+CLIENTS = ROOT / "docs" / "CLIENTS.md"
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 
-def block_after(heading: str, language: str) -> str:
-    """The first ``language`` code block after ``heading``."""
-    rest = README.split(heading, 1)[1]
+def block_after(doc: Path, heading: str, language: str) -> str:
+    """The first ``language`` code block after ``heading`` in ``doc``."""
+    text = doc.read_text(encoding="utf-8")
+    assert heading in text, f"{doc.name} has no {heading!r}"
+    rest = text.split(heading, 1)[1]
     match = re.search(rf"```{language}\n(.*?)```", rest, re.S)
-    assert match is not None, f"no {language} block after {heading!r}"
+    assert match is not None, f"no {language} block after {heading!r} in {doc.name}"
     return match.group(1)
 
 
+def test_the_quick_start_names_scripts_that_run_here() -> None:
+    """The quick start's commands exist and are executable, and CI runs the test command."""
+    block = block_after(README, "## Quick start", "sh")
+    commands = [line.split("#")[0].split()[0] for line in block.splitlines() if line.strip()]
+    assert commands == ["scripts/demo", "scripts/test"], commands
+    for command in commands:
+        assert os.access(ROOT / command, os.X_OK), f"{command} is not an executable file"
+    assert "scripts/test" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def run_shell(block: str) -> str:
+    out = subprocess.run(["bash", "-c", f"set -e\n{block}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_the_readmes_dry_run_prints_its_options() -> None:
+    said = run_shell(block_after(README, "To see what the planner makes of a model", "sh"))
+    assert said.splitlines()[0].split()[:3] == ["#", "artifact", "bits"], said
+
+
+def test_each_dry_run_in_the_command_reference_prints_what_it_shows() -> None:
+    """Every ``modelplan plan`` block in docs/CLI.md is followed by its output, figure for figure."""
+    text = CLI.read_text(encoding="utf-8")
+    pairs = re.findall(r"```sh\n(\.venv/bin/modelplan plan .*?)```\n\n```\n(.*?)```", text, re.S)
+    assert len(pairs) >= 2, "docs/CLI.md lost its dry runs"
+    for command, shown in pairs:
+        assert run_shell(command) == shown, command
+
+
 def test_running_it_keeps_the_node_in_the_pool_past_its_ttl(redis_url: str, tmp_path: Path) -> None:
-    block = block_after("### Running it", "sh")
+    block = block_after(OPERATING, "## Running it", "sh")
     assert DEFAULT_URL in block
     steps = block.replace(DEFAULT_URL, redis_url).split('.venv/bin/modelplan job "$job"')[0]
     wait_s = NODE_TTL_MS / 1000 + 3  # past the node's TTL and the next sweep
@@ -51,7 +88,7 @@ def test_running_it_keeps_the_node_in_the_pool_past_its_ttl(redis_url: str, tmp_
 
 
 def test_the_stream_example_follows_every_change(redis_url: str) -> None:
-    code = block_after("To follow every change as it happens", "python").replace(DEFAULT_URL, redis_url)
+    code = block_after(CLIENTS, "To follow every change as it happens", "python").replace(DEFAULT_URL, redis_url)
     proc = subprocess.Popen(
         [sys.executable, "-u", "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -72,7 +109,7 @@ def test_the_stream_example_follows_every_change(redis_url: str) -> None:
 
 
 def test_the_redis_cli_block_drives_a_job_to_released(redis_url: str, tmp_path: Path) -> None:
-    """The "any language" block, line by line as a person would type it, against a running worker: each
+    """The client guide's "any language" block, line by line as a person would type it, against a running worker: each
     line once the one before has had its effect."""
     import json
     import shutil
@@ -85,7 +122,7 @@ def test_the_redis_cli_block_drives_a_job_to_released(redis_url: str, tmp_path: 
 
     if shutil.which("redis-cli") is None:
         pytest.skip("redis-cli is not installed")
-    block = block_after("### From another service (any language)", "sh").replace(DEFAULT_URL, redis_url)
+    block = block_after(CLIENTS, "## From any language", "sh").replace(DEFAULT_URL, redis_url)
     lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
     client = Client.from_url(redis_url)
     client.heartbeat(hb("gpu-a", gpus=2))
