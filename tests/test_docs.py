@@ -1,5 +1,6 @@
 """The documents hold together: README.md stays a front page that links every page under docs/, no
-relative link points at a missing file, and docs/KEYS.md names exactly the keys ``worker.keys`` makes."""
+relative link and no path a page names points at a missing file, and docs/KEYS.md names exactly the keys
+``worker.keys`` makes."""
 
 from __future__ import annotations
 
@@ -55,6 +56,25 @@ def test_the_link_check_sees_a_missing_file(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("[here](gone.md) [there](https://example.org) [up](#top)\n```\n[code](x.md)\n```\n")
     assert [t for t in links(page) if relative(t)] == ["gone.md"]
+
+
+GENERATED = {"COVERAGE.md", "RELIABILITY.md"}
+"""Pages a command writes (``tests.planner.coverage_table``, ``scripts/reliability``): what they name is
+the generator's to keep."""
+REPO_PATH = re.compile(
+    r"(?<![\w./-])((?:bench|dashboards|docs|examples|planner|producer|scripts|tests|worker)/[\w./-]*)"
+)
+
+
+@pytest.mark.parametrize(
+    "doc", [d for d in documents() if d.name not in GENERATED], ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_every_path_a_page_names_is_in_the_repository(doc: Path) -> None:
+    """A file or folder of this repository named in a page (in prose, backticks or a command) exists:
+    a page that names a moved file says where it went."""
+    named = {m.rstrip(".") for m in REPO_PATH.findall(doc.read_text(encoding="utf-8"))}
+    missing = sorted(p for p in named if "*" not in p and "{" not in p and not (ROOT / p).exists())
+    assert not missing, f"{doc.relative_to(ROOT)} names paths that do not exist: {missing}"
 
 
 # What a key's parameters are called in the table, and a value ``Keys`` accepts for each: every id is
