@@ -46,16 +46,39 @@ def test_the_readme_links_every_page_under_docs() -> None:
     assert not unlinked, f"README.md does not link docs/{', docs/'.join(unlinked)}"
 
 
+def anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#+ (.+)$", FENCE.sub("", path.read_text(encoding="utf-8")), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def broken(doc: Path) -> list[str]:
+    """The relative links of ``doc`` whose file is missing, or whose ``#anchor`` its page lacks."""
+    out = []
+    for target in links(doc):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        path = (doc.parent / file) if file else doc
+        if not path.exists() or (anchor and path.suffix == ".md" and anchor not in anchors(path)):
+            out.append(target)
+    return out
+
+
 @pytest.mark.parametrize("doc", documents(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_relative_link_points_at_a_file(doc: Path) -> None:
-    missing = [t for t in links(doc) if relative(t) and not (doc.parent / t.split("#", 1)[0]).exists()]
-    assert not missing, f"{doc.relative_to(ROOT)} links to missing files: {missing}"
+def test_every_relative_link_points_at_a_file_and_heading(doc: Path) -> None:
+    missing = broken(doc)
+    assert not missing, f"{doc.relative_to(ROOT)} links to missing files or headings: {missing}"
 
 
-def test_the_link_check_sees_a_missing_file(tmp_path: Path) -> None:
+def test_the_link_check_sees_a_missing_file_or_heading(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text("[here](gone.md) [there](https://example.org) [up](#top)\n```\n[code](x.md)\n```\n")
-    assert [t for t in links(page) if relative(t)] == ["gone.md"]
+    (tmp_path / "other.md").write_text('# Other\n\n## What "free" means: `x`\n')
+    page.write_text(
+        "# Top\n[here](gone.md) [there](https://example.org) [up](#top) [no](#nowhere)\n"
+        "[ok](other.md#what-free-means-x) [bad](other.md#what-free) [dir](.)\n```\n[code](x.md)\n```\n"
+    )
+    assert broken(page) == ["gone.md", "#nowhere", "other.md#what-free"]
 
 
 GENERATED = {"COVERAGE.md", "RELIABILITY.md"}
