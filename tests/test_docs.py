@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from worker.errors import BadId
 from worker.keys import Keys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,7 +124,10 @@ def key_names() -> set[str]:
                 given, shown = ARGUMENTS.get(param, (f"P{param.replace('_', '-')}Q", "{" + param + "}"))
                 args.append(given)
                 swaps[given] = shown
-            value = getattr(keys, name)(*args)
+            try:
+                value = getattr(keys, name)(*args)
+            except BadId as e:
+                raise AssertionError(f"Keys.{name} refuses {args}: give its parameters a value in ARGUMENTS") from e
         else:
             continue
         if not isinstance(value, str) or not value.startswith(PREFIX + ":"):
