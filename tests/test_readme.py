@@ -87,6 +87,16 @@ def test_running_it_keeps_the_node_in_the_pool_past_its_ttl(redis_url: str, tmp_
     assert re.fullmatch(r"job [0-9a-f]{32}: placed \(placed 1 of 1\)", first), said
 
 
+def wait_for_blocked_read(r: redis.Redis, proc: subprocess.Popen[str], give_up_s: float = 30) -> None:
+    """Until a client of ``r``'s server waits in a blocking XREAD (the example's reader, the test's only
+    other client); an AssertionError if ``proc`` ends first or none does within ``give_up_s``."""
+    deadline = time.monotonic() + give_up_s
+    while not any(c["cmd"] == "xread" and "b" in c["flags"] for c in r.client_list()):
+        assert proc.poll() is None, f"the example ended ({proc.returncode}) instead of reading again"
+        assert time.monotonic() < deadline, f"the example did not wait on the stream within {give_up_s} s"
+        time.sleep(0.01)
+
+
 def test_the_stream_example_follows_every_change(redis_url: str) -> None:
     code = block_after(CLIENTS, "To follow every change as it happens", "python").replace(DEFAULT_URL, redis_url)
     proc = subprocess.Popen(
@@ -94,13 +104,13 @@ def test_the_stream_example_follows_every_change(redis_url: str) -> None:
     )
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        time.sleep(1.5)  # it reads from "$": what arrives once it has started
-        sent = []
+        sent, got = [], []
         assert proc.stdout is not None
         for n in range(3):
+            # it reads from "$", what arrives once it waits: each change is sent once it waits again
+            wait_for_blocked_read(r, proc)
             sent.append(r.xadd("modelplan:events", {"job_id": f"j{n}", "state": "placed", "version": 1, "reason": "x"}))
-            time.sleep(0.2)
-        got = [proc.stdout.readline().split() for _ in sent]
+            got.append(proc.stdout.readline().split())
     finally:
         proc.kill()
         proc.communicate()

@@ -84,6 +84,7 @@ def vet(job: Job, prefix: str) -> tuple[str, tuple[Any, ...]]:
     return name, args
 
 
+# the RQ internals this module overrides are checked against the installed RQ: tests/worker/test_rq_internals.py
 class _ExecutionsOnce(ExecutionRegistry):
     """A job's registry of executions that reads them from Redis once: RQ reads them twice as it deletes
     a job (to take them out of the started registry, then to delete them), a cleanup and two reads each

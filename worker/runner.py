@@ -40,6 +40,7 @@ from worker.store import Store
 log = logs.get_logger("modelplan.worker")
 
 
+# the RQ internals this module overrides are checked against the installed RQ: tests/worker/test_rq_internals.py
 class PlanningWorker(SimpleWorker):
     """A SimpleWorker on one prefix's planning queue that runs only modelplan's job functions.
 

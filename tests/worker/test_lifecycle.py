@@ -353,7 +353,20 @@ def test_submit_is_idempotent_per_job_id(client: Client) -> None:
     assert whole_state(client)["held"] == {"gpu-1": {"svc-a-1": 1}}
 
 
-def test_watch_yields_each_change_until_settled(client: Client) -> None:
+def stream_reads(client: Client, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ``block`` (ms) of each blocking read ``client`` makes from now on: ``watch``'s waits on a stream."""
+    reads: list[int] = []
+    xread = client.redis.xread
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(kwargs["block"])
+        return xread(*args, **kwargs)
+
+    monkeypatch.setattr(client.redis, "xread", counted)
+    return reads
+
+
+def test_watch_yields_each_change_until_settled(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     client.heartbeat(hb("gpu-1", gpus=1, free=0, seq=1))
     job = client.submit(request())
     seen = client.watch(job, timeout=5)
@@ -364,18 +377,21 @@ def test_watch_yields_each_change_until_settled(client: Client) -> None:
     drain(client)
     states = [r.state for r in seen]
     assert states[-1] is JobState.PLACED
-    started = time.monotonic()
+    # a settled job: its record, and no wait on its stream for a change that will not come
+    reads = stream_reads(client, monkeypatch)
     assert [r.state for r in client.watch(job, timeout=5)] == [JobState.PLACED]
-    assert time.monotonic() - started < 1
+    assert reads == []
 
 
-def test_watch_gives_up_at_its_timeout(client: Client) -> None:
+def test_watch_gives_up_at_its_timeout(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     client.heartbeat(hb("gpu-1", gpus=1, free=0))
     job = client.submit(request())
     drain(client)
-    started = time.monotonic()
+    reads = stream_reads(client, monkeypatch)
     assert [r.state for r in client.watch(job, timeout=0.3)] == [JobState.WAITING]
-    assert 0.3 <= time.monotonic() - started < 2
+    # it ended with the job unsettled, having waited on the stream no longer than its timeout each time
+    assert client.get(job).state is JobState.WAITING
+    assert reads and all(0 < block <= 300 for block in reads), reads
 
 
 def test_a_lapsed_lease_sends_the_job_back(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -170,24 +170,42 @@ def test_a_node_whose_heartbeat_lapsed_leaves_the_mirror(redis_url: str, monkeyp
     assert store.snapshot().nodes == []
 
 
+REFRESH_TTL_MS = 1_500
+"""A node's TTL while it is refreshed past its first lapse: many times the pause between refreshes, so that a
+busy machine's delays do not let it lapse between two of them."""
+REFRESH_EVERY_S = 0.1
+
+
+def server_ms(r: redis.Redis) -> int:
+    """The Redis server's clock, by which heartbeats lapse, in milliseconds."""
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def test_a_refresh_goes_onto_the_stream_as_its_lapse_only(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A heartbeat that repeats what its node reported (a later seq, the same figures) adds only its TTL to
     pool:changes, which keeps the node in a worker's mirror past its first lapse; one that changes a
     figure, or comes from a new boot, adds the record."""
-    monkeypatch.setattr(C, "NODE_TTL_MS", 400)
+    monkeypatch.setattr(C, "NODE_TTL_MS", REFRESH_TTL_MS)
     client = Client.from_url(redis_url)
     client.heartbeat(hb("steady", gpus=2, seq=1))
+    first_lapse = server_ms(client.redis) + REFRESH_TTL_MS  # the first heartbeat's lapse, or just after it
     store = Store(redis.Redis.from_url(redis_url), client.keys)
     assert [n.id for n in store.snapshot().nodes] == ["steady"]
-    for seq in range(2, 6):
-        time.sleep(0.15)
+    seq = 1
+    while server_ms(client.redis) <= first_lapse:  # refreshed until its first lapse is past
+        time.sleep(REFRESH_EVERY_S)
+        seq += 1
         client.heartbeat(hb("steady", gpus=2, seq=seq))
-        assert view(store.snapshot()) == [("steady", 2, 256)]  # 0.75 s on: kept by the refreshes alone
-    client.heartbeat(hb("steady", gpus=2, free=1, seq=6))
+        assert view(store.snapshot()) == [("steady", 2, 256)]
+    assert view(store.snapshot()) == [("steady", 2, 256)]  # past its first lapse: kept by the refreshes alone
+    refreshes = seq - 1
+    client.heartbeat(hb("steady", gpus=2, free=1, seq=seq + 1))
     client.heartbeat(hb("steady", gpus=2, free=1, seq=1, boot="boot-2"))
     entries: Any = client.redis.xrange(client.keys.pool_changes)
     kinds = [sorted(k.decode() for k in fields) for _, fields in entries]
-    assert kinds == [["n", "r", "t"]] + [["ns", "t"]] * 4 + [["n", "r", "t"]] * 2
+    assert refreshes > 1
+    assert kinds == [["n", "r", "t"]] + [["ns", "t"]] * refreshes + [["n", "r", "t"]] * 2
     assert view(store.snapshot()) == view(fresh(client.redis)) == [("steady", 1, 256)]
 
 

@@ -16,7 +16,7 @@ from producer import Beat, Client
 from producer.agent import Agent
 from producer.cli import main
 from producer.metrics import exposition
-from tests.agent.test_agent import IDLE, FakeReader
+from tests.producer.agent.test_agent import IDLE, FakeReader
 from tests.worker.helpers import drain, event_reasons, hb, queued_functions, request, whole_state
 from worker import constants as C
 from worker import maintenance

@@ -11,7 +11,7 @@ from pathlib import Path
 import redis
 
 from producer import Client
-from tests.worker.helpers import drain, hb, request, whole_state
+from tests.worker.helpers import drain, event_reasons, hb, request, whole_state
 from tests.worker.processes import WorkerProcess
 from worker import maintenance
 from worker.planning import FAULT_PAUSE_ENV
@@ -140,9 +140,7 @@ def test_four_workers_200_jobs_20_cards_with_churn(client: Client, redis_url: st
     assert len(released) > 5 and len(placed) >= 5
 
 
-def test_a_worker_killed_mid_job_leaves_it_to_another_within_30_s(
-    client: Client, redis_url: str, tmp_path: Path
-) -> None:
+def test_a_worker_killed_mid_job_leaves_it_to_another(client: Client, redis_url: str, tmp_path: Path) -> None:
     client.heartbeat(hb("gpu-1", gpus=1))
     drain(client)
     doomed = WorkerProcess(redis_url, tmp_path, "doomed", env={FAULT_PAUSE_ENV: "120"})
@@ -150,16 +148,20 @@ def test_a_worker_killed_mid_job_leaves_it_to_another_within_30_s(
         job = client.submit(request())
         wait_for(lambda: client.get(job).state is JobState.PLANNING, 30, "the doomed worker to claim the job")
         doomed.kill()
-        killed_at = time.monotonic()
     finally:
         doomed.stop()
+    claimed = client.get(job)
     rescuer = WorkerProcess(redis_url, tmp_path, "rescuer")
     try:
-        wait_for(lambda: client.get(job).state.settled, 30, "another worker to finish the job")
-        took = time.monotonic() - killed_at
+        # a give-up only: how soon the rescue comes is the benchmark's and the reliability suite's to measure
+        wait_for(lambda: client.get(job).state.settled, 60, "another worker to finish the job")
     finally:
         rescuer.stop()
     rec = client.get(job)
-    assert rec.state is JobState.PLACED and took < 30
-    print(f"job finished {took:.1f} s after its worker was killed")
+    # sent back when the killed worker's lease lapsed, then planned by the other and placed on the card
+    assert claimed.state is JobState.PLANNING and claimed.version < rec.version
+    assert rec.state is JobState.PLACED
+    assert any(r.endswith("stopped mid-plan (its lease expired)") for r in event_reasons(client, job)), event_reasons(
+        client, job
+    )
     assert whole_state(client)["held"] == {"gpu-1": {job: 1}}

@@ -13,10 +13,10 @@ import redis
 from planner.constants import KV_BYTES_PER_ELEMENT
 from producer.hub import resolve
 from tests.planner.test_weighing import hybrid, hybrid_config
-from tests.test_hub import COMMIT, REPO, FakeHubServer, StubHub
+from tests.producer.test_hub import COMMIT, REPO, FakeHubServer, StubHub
 from worker.keys import Keys
 
-TINY = Path(__file__).resolve().parents[1] / "examples" / "models" / "tiny-llama-safetensors"
+TINY = Path(__file__).resolve().parents[2] / "examples" / "models" / "tiny-llama-safetensors"
 FILES = [{"path": "config.json", "size": 400}, {"path": "model.safetensors", "size": 600_000}]
 
 

@@ -17,9 +17,9 @@ from structlog.testing import capture_logs
 from producer import Client
 from producer.agent import Agent
 from producer.cli import main
-from tests.agent.test_agent import IDLE, FakeReader
+from tests.producer.agent.test_agent import IDLE, FakeReader
+from tests.producer.test_cli_first_use import MODELS
 from tests.redis_server import RedisServer
-from tests.test_cli_first_use import MODELS
 
 LISTING = MODELS / "llama-3.1-8b-instruct"
 PASSWORD = "s3cret-pw"

@@ -12,7 +12,7 @@ import pytest
 
 from producer.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "examples" / "models"
 
 

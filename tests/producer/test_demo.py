@@ -11,7 +11,7 @@ import redis
 from producer import demo
 from worker.scripts import text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = {"llama-8b": "released", "qwen-7b": "placed", "llama-8b-gguf": "placed"}
 
 

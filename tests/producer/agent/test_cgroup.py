@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from producer.agent import HostMemory, SystemReader, cgroup_memory
-from tests.agent.test_agent import DATA, no_smi
+from tests.producer.agent.test_agent import DATA, no_smi
 
 GIB = 1 << 30
 HOST = HostMemory(125, 125)  # tests/data/h200/meminfo.txt: MemTotal and MemAvailable in whole GiB

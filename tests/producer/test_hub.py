@@ -25,7 +25,7 @@ from worker.errors import RedisUnavailable
 from worker.keys import Keys
 from worker.records import utcnow
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "models"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "models"
 REPO = "meta-llama/Llama-3.1-8B-Instruct"
 COMMIT = "0e9e39f249a16976918f6564b8830bc894c89659"
 ALTERNATIVES = ("--files FILES.json --config CONFIG.json", "--repo DIR")

@@ -25,10 +25,20 @@ from tests.worker.helpers import drain, hb, request
 from tests.worker.processes import ROOT
 from worker import metrics
 
+CLOCK_SLACK_S = 0.002
+"""What comparing a span of the wall clock, as records store times, with one of ``time.monotonic`` allows."""
+
 
 @pytest.fixture
-def pool(redis_url: str) -> Iterator[Client]:
-    """Two classes of cards (one busy outside modelplan), a CPU node, a placed job, a waiting one."""
+def began() -> float:
+    """When the test's pool began to be made (``time.monotonic``)."""
+    return time.monotonic()
+
+
+@pytest.fixture
+def pool(redis_url: str, began: float) -> Iterator[Client]:
+    """Two classes of cards (one busy outside modelplan), a CPU node, a placed job, a waiting one; the
+    heartbeats sent in the order gpu-a, gpu-b, gpu-c, cpu-1."""
     metrics.forget()
     client = Client.from_url(redis_url)
     client.heartbeat(hb("gpu-a", "h100-80g", gpus=4, free=3))
@@ -58,8 +68,9 @@ def status(client: Client, capsys: pytest.CaptureFixture[str]) -> str:
     return capsys.readouterr().out
 
 
-def test_the_metrics_agree_with_status(pool: Client, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_metrics_agree_with_status(pool: Client, began: float, capsys: pytest.CaptureFixture[str]) -> None:
     got = samples(exposition(pool))
+    since = time.monotonic() - began
     said = status(pool, capsys)
 
     # jobs by state: "jobs: 2 placed, 1 waiting"
@@ -87,7 +98,10 @@ def test_the_metrics_agree_with_status(pool: Client, capsys: pytest.CaptureFixtu
     assert got[("modelplan_nodes", (("gpu_class", "cpu"),))] == 1
     waiting = {labels: v for (name, labels), v in got.items() if name == "modelplan_waiting_jobs"}
     assert sum(waiting.values()) == in_status.get("waiting", 0)
-    assert all(0 <= got[("modelplan_heartbeat_age_seconds", (("node", n),))] < 60 for n in [*classes, "cpu-1"])
+    # each node's age counts from its own heartbeat: oldest first in the order they were sent, none older
+    # than the pool (CLOCK_SLACK_S: the records' times are the wall clock's, the bound the monotonic one's)
+    ages = [got[("modelplan_heartbeat_age_seconds", (("node", n),))] for n in [*classes, "cpu-1"]]
+    assert ages == sorted(ages, reverse=True) and ages[-1] >= 0 and ages[0] <= since + CLOCK_SLACK_S, (ages, since)
     assert got[("modelplan_plan_seconds_count", ())] == 3
     assert got[("modelplan_commit_seconds_count", ())] >= 3
     assert got[("modelplan_redis_up", ())] == 1
@@ -108,18 +122,21 @@ def test_the_exposition_passes_the_prometheus_parser_and_promtool(pool: Client) 
 def test_a_wake_up_is_timed_from_the_heartbeat_that_freed_the_cards(redis_url: str) -> None:
     metrics.forget()
     client = Client.from_url(redis_url)
-    client.heartbeat(hb("gpu-a", gpus=1))
-    client.submit(request(), "first")
-    client.submit(request(), "second")
+    client.heartbeat(hb("gpu-a", gpus=1, free=0))  # its card busy outside modelplan
+    client.submit(request(), "waiting")
     drain(client)
-    client.release("first")
-    client.heartbeat(hb("gpu-a", gpus=1, seq=2))
+    assert client.get("waiting").state.value == "waiting"
+    freed = time.monotonic()
+    client.heartbeat(hb("gpu-a", gpus=1, seq=2))  # the card frees
     drain(client)
-    assert client.get("second").state.value == "placed"
+    since = time.monotonic() - freed
+    assert client.get("waiting").state.value == "placed"
     metrics.flush(client.redis, client.keys)
     got = samples(exposition(client))
     assert got[("modelplan_wake_latency_seconds_count", ())] == 1
-    assert 0 <= got[("modelplan_wake_latency_seconds_sum", ())] < 5
+    # counted from the heartbeat that freed the card (from the one before it, seq 1, it would count the
+    # submit and the first drain too), in seconds (milliseconds would be a thousand times the time passed)
+    assert 0 <= got[("modelplan_wake_latency_seconds_sum", ())] <= since + CLOCK_SLACK_S, since
     client.redis.close()
 
 

@@ -15,7 +15,7 @@ from producer.client import request_from_listing
 from producer.limits import LIMITS
 from tests.worker.helpers import EXAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = EXAMPLES / "llama-3.1-8b-instruct"
 POOL = [{"node_id": "n1", "gpu_class": "h100-80g", "gpus": 1, "free_gpus": 1, "host_mem_gb": 64, "host_free_gb": 64}]
 

@@ -48,7 +48,7 @@ from producer.agent import (
 from tests.worker.helpers import drain, hb, request, whole_state
 from worker.records import JobRecord, JobState, Reservation
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "h200"
+DATA = Path(__file__).resolve().parents[2] / "data" / "h200"
 H200 = "GPU-b72516b2-d0ed-641d-8c60-e2c62b6eca29"
 
 

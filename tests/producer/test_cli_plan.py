@@ -12,7 +12,7 @@ import pytest
 from producer.cli import main, parser
 from producer.named import load_repository
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 POOL = str(EXAMPLES / "pool.json")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from producer.cli import main
+from tests.producer.test_cli_first_use import MODELS
 from tests.redis_server import free_port
-from tests.test_cli_first_use import MODELS
 
 LISTING = MODELS / "llama-3.1-8b-instruct"
 SUBMIT = ["submit", "--files", str(LISTING / "files.json"), "--config", str(LISTING / "config.json")]

@@ -1,0 +1,79 @@
+"""The node agent: reads the node's cards and host memory, publishes its heartbeat at an interval, and
+hands the replicas placed on the node to an engine starter.
+
+Three layers, so that each can be tested on its own:
+
+- pure functions: NVML readings, nvidia-smi CSV or ``/proc/meminfo`` in, cards, host memory, a class
+  label, a heartbeat or an engine's command line out (``probes``, ``memory``, ``labels``, ``heartbeat``,
+  ``engines``);
+- readers (``SystemReader`` in ``probes``) that call NVML (the ``nvidia-ml-py`` package, imported only
+  when used), else nvidia-smi, and read ``/proc``; tests give their own;
+- ``Agent`` (``loop``): one ``tick()`` reads, hands the replicas placed on the node (their holds, by hold
+  id ``{job_id}:{replica}:{version}``) to the start hook and the holds gone from the node to the stop hook
+  (``hooks``), then publishes the heartbeat, whose ``started`` lists the holds already handed over.
+
+``command`` is ``modelplan agent``: its options and the agent run from them.
+
+Which cards a node reports: all of one model. On a node with cards of several models the most common
+model (class label) is reported, a tie going to the model of the lowest-indexed card, and the others are
+left out (logged as ``cards_ignored``): a node record has one class.
+
+The class label is derived from the card's name and memory (``class_label``) unless ``--gpu-class`` is
+given.
+
+Every name is imported here, so ``producer.agent`` is the one import path for callers.
+"""
+
+from producer.agent.command import add_arguments, run_from_args
+from producer.agent.engines import engine_command, engine_env, gguf_file, replica_of
+from producer.agent.errors import CardReadingError, CardsMissing
+from producer.agent.heartbeat import heartbeat_dict
+from producer.agent.hooks import StartHook, StopHook, log_start, log_stop
+from producer.agent.labels import Card, class_label, node_cards
+from producer.agent.loop import Agent, Started
+from producer.agent.memory import HostMemory, cgroup_memory, memory_from_meminfo, memory_within
+from producer.agent.probes import (
+    Nvml,
+    Reader,
+    SystemReader,
+    cards_from_nvml,
+    cards_from_smi,
+    load_nvml,
+    nvml_readings,
+    read_boot_id,
+    run_smi,
+)
+
+__all__ = [
+    "Agent",
+    "Card",
+    "CardReadingError",
+    "CardsMissing",
+    "HostMemory",
+    "Nvml",
+    "Reader",
+    "StartHook",
+    "Started",
+    "StopHook",
+    "SystemReader",
+    "add_arguments",
+    "cards_from_nvml",
+    "cards_from_smi",
+    "cgroup_memory",
+    "class_label",
+    "engine_command",
+    "engine_env",
+    "gguf_file",
+    "heartbeat_dict",
+    "load_nvml",
+    "log_start",
+    "log_stop",
+    "memory_from_meminfo",
+    "memory_within",
+    "node_cards",
+    "nvml_readings",
+    "read_boot_id",
+    "replica_of",
+    "run_from_args",
+    "run_smi",
+]

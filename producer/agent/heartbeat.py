@@ -1,0 +1,56 @@
+"""A node's heartbeat from its cards, its host memory and the holds it has started."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from planner.quant import mem_from_class
+from producer.agent.errors import CardsMissing
+from producer.agent.labels import Card
+from producer.agent.memory import HostMemory
+
+
+def heartbeat_dict(
+    node_id: str,
+    cards: Sequence[Card],
+    memory: HostMemory,
+    *,
+    seq: int,
+    boot_id: str,
+    gpu_class: str | None = None,
+    fabric: str = "",
+    started: Sequence[str] = (),
+    taken: Iterable[int] = (),
+    started_host_gb: float = 0.0,
+) -> dict[str, Any]:
+    """The heartbeat of a node with ``cards`` (all of one class) and ``memory``.
+
+    ``started`` are the holds already handed to the engine starter; ``taken`` the card indices given to
+    them and ``started_host_gb`` the RAM they reserve. A taken card is not free even while it still reads
+    idle (its engine is loading, or the start hook runs nothing), so the heartbeat counts it as the
+    workers do once the hold is listed in ``started``. Free RAM is what is available less what started
+    holds reserve and do not use yet: at most the total less their reservations.
+    """
+    given = set(taken)
+    label = gpu_class if gpu_class is not None else (cards[0].label if cards else "")
+    if label and not cards:
+        raise CardsMissing(node_id, label)
+    if not label:
+        cards = []  # --gpu-class "": the node is reported as a CPU node, whatever cards it has
+    # a label with a size (h200-140g) carries the card's GiB; one without needs it alongside
+    card_gb = 0 if not cards or mem_from_class(label) else min(c.total_mib for c in cards) // 1024
+    host_free = max(0, min(memory.free_gb, int(memory.total_gb - started_host_gb)))
+    return {
+        "node_id": node_id,
+        "gpu_class": label,
+        "fabric": fabric,
+        "gpu_mem_gb": card_gb,
+        "gpus": len(cards),
+        "free_gpus": sum(1 for c in cards if c.idle and c.index not in given),
+        "host_mem_gb": memory.total_gb,
+        "host_free_gb": host_free,
+        "seq": seq,
+        "boot_id": boot_id,
+        "started": list(started),
+    }

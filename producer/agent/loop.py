@@ -1,0 +1,197 @@
+"""The agent: one ``tick()`` reads, hands holds over and publishes; ``run`` ticks at an interval."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from planner.errors import InvalidInput, ModelplanError
+from planner.pool import ID_PATTERN
+from producer.agent.engines import replica_of
+from producer.agent.heartbeat import heartbeat_dict
+from producer.agent.hooks import StartHook, StopHook, log_start, log_stop
+from producer.agent.labels import Card, node_cards
+from producer.agent.memory import HostMemory
+from producer.agent.probes import Reader, read_boot_id
+from producer.client import BeatLog, Client
+from worker import logs
+from worker.keys import job_of_hold
+from worker.pool import Held
+from worker.records import Heartbeat, parse_heartbeat
+
+log = logs.get_logger("modelplan.agent")
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A hold handed to the start hook: the cards it was given and the RAM it reserves."""
+
+    cards: tuple[int, ...]
+    host_gb: float
+
+
+def _checked(value: str, field: str, allow_empty: bool = False) -> str:
+    if (allow_empty and value == "") or re.fullmatch(ID_PATTERN, value):
+        return value
+    raise InvalidInput(
+        "arguments", field, f"{value!r}: only letters, digits, '.', '_' and '-' (up to 128, starting with one)"
+    )
+
+
+class Agent:
+    """One node's agent. ``client`` None: a dry run (it reads and builds heartbeats, and hands over nothing)."""
+
+    def __init__(
+        self,
+        node_id: str,
+        reader: Reader,
+        client: Client | None = None,
+        *,
+        gpu_class: str | None = None,
+        fabric: str = "",
+        boot_id: str | None = None,
+        start_hook: StartHook = log_start,
+        stop_hook: StopHook = log_stop,
+        first_seq: int | None = None,
+    ) -> None:
+        self.node_id = _checked(node_id, "--node-id")
+        self.gpu_class = _checked(gpu_class, "--gpu-class", allow_empty=True) if gpu_class is not None else None
+        self.fabric = _checked(fabric, "--fabric", allow_empty=True)
+        self.reader = reader
+        self.client = client
+        self.boot_id = _checked(boot_id, "boot_id") if boot_id is not None else read_boot_id()
+        self.start_hook = start_hook
+        self.stop_hook = stop_hook
+        # the clock in microseconds at start: an agent started again on the same boot goes on rising
+        self._seq = first_seq if first_seq is not None else time.time_ns() // 1000
+        self.started: dict[str, Started] = {}
+        """The holds handed to the start hook (by hold id), in the order they were, with their cards."""
+        self._noted: set[str] = set()
+        self._seen: tuple[tuple[str, int], tuple[tuple[int, str], ...]] | None = None
+        self._beats = BeatLog()
+
+    @property
+    def log(self) -> Any:
+        # bound at each use, not once: logging may be configured after the agent is made
+        return log.bind(node_id=self.node_id, boot_id=self.boot_id)
+
+    def read(self) -> tuple[list[Card], HostMemory]:
+        """The cards the node reports (logged when they change) and its host memory."""
+        # --gpu-class "" reports a CPU node: its cards are neither read nor given to jobs
+        cards, ignored = node_cards(self.reader.cards()) if self.gpu_class != "" else ([], [])
+        seen = ((cards[0].label if cards else "", len(cards)), tuple((c.index, c.label) for c in ignored))
+        if seen != self._seen:
+            self._seen = seen
+            self.log.info("cards_found", gpu_class=seen[0][0], gpus=len(cards), cards=[c.index for c in cards])
+            if ignored:
+                self.log.warning(
+                    "cards_ignored",
+                    reported=seen[0][0],
+                    ignored=[{"index": c.index, "name": c.name, "class": c.label} for c in ignored],
+                    why="a node reports one card class: the most common one",
+                )
+        return cards, self.reader.memory()
+
+    def heartbeat(self, cards: Sequence[Card], memory: HostMemory) -> Heartbeat:
+        """The next heartbeat (its ``seq`` one past the last) from readings and the started holds."""
+        self._seq += 1
+        data = heartbeat_dict(
+            self.node_id,
+            cards,
+            memory,
+            seq=self._seq,
+            boot_id=self.boot_id,
+            gpu_class=self.gpu_class,
+            fabric=self.fabric,
+            started=list(self.started),
+            taken=[i for s in self.started.values() for i in s.cards],
+            started_host_gb=sum(s.host_gb for s in self.started.values()),
+        )
+        return parse_heartbeat(data, f"heartbeat of {self.node_id}")
+
+    def _note(self, hold_id: str, event: str, **kw: Any) -> None:
+        """Log why a hold is not handed over, once per hold rather than every tick."""
+        if hold_id not in self._noted:
+            self._noted.add(hold_id)
+            self.log.warning(event, hold_id=hold_id, **kw)
+
+    def hand_off(self, cards: Sequence[Card], client: Client) -> None:
+        """Stop the holds no longer on the node; start the ones on it not started yet, each on cards that
+        read idle and are not given to another."""
+        held: dict[str, Held] = client.held_on(self.node_id)
+        # nominations are cards kept idle for a waiting job: nothing runs on them. A reservation made on
+        # an earlier boot is for the workers to plan again, not to start here.
+        mine = sorted(h for h, v in held.items() if not v.nominated and v.boot_id in ("", self.boot_id))
+        for hold in [h for h in self.started if h not in mine]:
+            gone = self.started.pop(hold)
+            try:
+                self.stop_hook(hold, gone.cards)
+            except Exception:
+                # its cards read busy while its engine lives, so dropping it from started is safe
+                self.log.exception("engine_stop_failed", hold_id=hold)
+            self.log.info("hold_stopped", hold_id=hold, cards=list(gone.cards))
+        self._noted &= set(mine)
+        new = [h for h in mine if h not in self.started]
+        if not new:
+            return
+        job_ids = sorted({job_of_hold(h) for h in new})
+        records = dict(zip(job_ids, client.records(job_ids), strict=True))
+        taken = {i for s in self.started.values() for i in s.cards}
+        free = [c.index for c in cards if c.idle and c.index not in taken]
+        for hold in new:
+            rec = records[job_of_hold(hold)]
+            replica = replica_of(rec, hold) if rec is not None else None
+            mine_here = [r for r in replica.placement if r.hold_id == hold] if replica else []
+            reservation = next((r for r in mine_here if r.node_id == self.node_id), None)
+            if rec is None or rec.state.final or replica is None or replica.option is None or reservation is None:
+                self._note(hold, "hold_not_startable", state=rec.state.value if rec else "missing")
+                continue
+            if reservation.gpus > len(free):
+                # something outside modelplan took cards since the workers planned: wait for them
+                self._note(hold, "engine_start_deferred", needs=reservation.gpus, free=list(free))
+                continue
+            given, free = tuple(free[: reservation.gpus]), free[reservation.gpus :]
+            try:
+                self.start_hook(rec, reservation, given)
+            except Exception:
+                self.log.exception("engine_start_failed", hold_id=hold, cards=list(given))
+                free = sorted([*free, *given])
+                continue
+            self.started[hold] = Started(given, reservation.host_gb)
+            self._noted.discard(hold)
+            self.log.info("hold_started", hold_id=hold, cards=list(given), host_gb=reservation.host_gb)
+
+    def tick(self) -> Heartbeat:
+        """One round: read, hand holds over, publish (dry run: build only). Returns the heartbeat."""
+        cards, memory = self.read()
+        if self.client is not None:
+            self.hand_off(cards, self.client)
+        hb = self.heartbeat(cards, memory)
+        if self.client is not None:
+            self._beats.note(self.log, hb, self.client.publish(hb))
+        return hb
+
+    def run(
+        self, interval: float, stop_event: threading.Event, each: Callable[[Heartbeat], None] | None = None
+    ) -> None:
+        """Tick every ``interval`` seconds until ``stop_event`` is set; ``each`` sees every heartbeat. A
+        failed tick is logged and the next one comes on time: the agent outlives Redis and driver
+        hiccups. Engines keep running when the agent stops."""
+        self.log.info("agent_started", interval=interval, dry_run=self.client is None)
+        while not stop_event.is_set():
+            began = time.monotonic()
+            try:
+                hb = self.tick()
+            except ModelplanError as e:
+                self.log.error("heartbeat_failed", error=str(e))
+            except Exception:
+                self.log.exception("heartbeat_failed")
+            else:
+                if each is not None:
+                    each(hb)
+            stop_event.wait(max(0.0, interval - (time.monotonic() - began)))
+        self.log.info("agent_stopped")
