@@ -126,6 +126,10 @@ _SHORT.maxstring = _SHORT.maxother = 60
 _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 2, 4, 4
 
 
+LOC_MAX = 200
+"""The longest field path an error repeats back."""
+
+
 def invalid_from(e: ValidationError, source: str) -> InvalidInput:
     """The first problem pydantic found, as one line naming the field, the value and the rule."""
     err = e.errors()[0]
@@ -134,11 +138,13 @@ def invalid_from(e: ValidationError, source: str) -> InvalidInput:
         return InvalidInput(source, inner.field, inner.problem)
     loc = (
         ".".join(
-            p if isinstance(p, str) and p.isidentifier() else repr(p) if isinstance(p, str) else str(p)
+            p if isinstance(p, str) and p.isidentifier() else _SHORT.repr(p) if isinstance(p, str) else str(p)
             for p in err["loc"]
         )
         or "(record)"
     )
+    if len(loc) > LOC_MAX:  # a field name is the caller's text too: shown cut, as a value is
+        loc = loc[: LOC_MAX - 1] + "…"
     given = err.get("input")
     shown = _SHORT.repr(given) if not isinstance(given, dict) else "the record"
     msg = plain(err)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 from typing import Any
@@ -110,6 +111,15 @@ def test_a_bad_heartbeat_is_refused_and_nothing_stored(redis_url: str, change: d
         client.heartbeat({**hb("n1", gpus=2), **change})
     assert client.redis.keys("*") == []
     client.redis.close()
+
+
+def test_an_unknown_field_with_a_long_name_is_named_cut() -> None:
+    """A field name is the caller's text: the error repeats a bounded part of it, as it does a value."""
+    name = "x" * 2000
+    with pytest.raises(InvalidInput) as e:
+        parse_heartbeat(json.dumps({**hb("n1", gpus=2), name: 1}))
+    assert "unknown field" in str(e.value)
+    assert len(str(e.value)) < 400
 
 
 def test_heartbeats_and_requests_parse_from_json_text() -> None:
