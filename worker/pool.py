@@ -215,9 +215,9 @@ class Snapshot:
         pool = self._index()
         mine = self._nominated.get(job_id or "")
         if not mine:
-            return pool.view()
+            return PoolView(pool)
         nodes = {node_id for node_id, _ in mine} & self._reported.keys()
-        return pool.view(self._pool_node(node_id, job_id) for node_id in nodes)
+        return PoolView(pool, (self._pool_node(node_id, job_id) for node_id in nodes))
 
     def held_for_others(self, job_id: str) -> dict[str, int]:
         """Cards nominated on each node for jobs other than ``job_id``."""
