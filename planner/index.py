@@ -98,7 +98,8 @@ def _remove_from(lst: list[_T], item: _T) -> None:
 
 
 class PoolIndex:
-    """Ready nodes by id (in the order they came), with the counts and ordered ids a plan reads.
+    """Ready nodes by id (in the order they came), with the counts and ordered ids a plan reads. For:
+    keeping what a plan asks of the pool answered as nodes change, a node at a time.
 
     Every node is listed by its cards (``CardKey``), by its cards on its fabric (``FabricKey``) and by its
     RAM (``HostKey``), each list of ids kept sorted; the GPU nodes ``grouped`` counts are counted as it

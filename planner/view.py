@@ -16,7 +16,8 @@ from planner.model import Option, PoolNode
 
 
 class PoolView:
-    """A ``PoolIndex`` with some nodes seen otherwise. Iterates as the whole pool in the index's order,
+    """A ``PoolIndex`` with some nodes seen otherwise: what the planner reads (a job's own nomination
+    counted free, the cards a plan has just taken). Iterates as the whole pool in the index's order,
     with those nodes in place of the index's; queries cost the kinds of node they read, and the nodes
     overridden."""
 

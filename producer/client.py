@@ -32,6 +32,7 @@ from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
 from worker.conflicts import ConflictRecord
 from worker.keys import Keys, check_client_id, check_id
+from worker.mirrored import MirroredStore
 from worker.operations import Operations, check_replicas
 from worker.owners import ANYONE, Acting, Owned
 from worker.pool import Held, Snapshot
@@ -47,7 +48,6 @@ from worker.records import (
     utcnow,
 )
 from worker.scripts import text
-from worker.store import Store
 
 T = TypeVar("T")
 
@@ -91,7 +91,7 @@ class Client:
         wait_timeout_ms: int | None = None,
         client_id: str | None = None,
     ) -> None:
-        self.store = Store(client, Keys(default_prefix(prefix)))
+        self.store = MirroredStore(client, Keys(default_prefix(prefix)))
         self.keys = self.store.keys
         self.redis = client
         self._url = redact(url) if url else ""

@@ -11,22 +11,24 @@ from dataclasses import replace
 from worker import logs
 from worker.classes import class_of, clear_all, waits_on
 from worker.keys import job_of_hold
+from worker.mirrored import MirroredStore
 from worker.operations import AGAIN, Again, with_retries
 from worker.planning import change_for, commit, nominated_cards, plan_for, readable_job, waiting_score
-from worker.records import JobRecord, JobState, Replica
-from worker.store import Store
+from worker.records import JobRecord, JobState, Replica, utcnow
 
 log = logs.get_logger("modelplan.worker")
 
 
-def requeue(store: Store, job_id: str, reason: str, when: Callable[[JobRecord], bool]) -> bool:
+def requeue(store: MirroredStore, job_id: str, reason: str, when: Callable[[JobRecord], bool]) -> bool:
     """Send a job back through planning (freeing all it holds) if ``when`` holds for its record."""
 
     def attempt() -> bool | Again:
         rec = readable_job(store, job_id)
         if rec is None or not when(rec):
             return False
-        new = rec.advance(JobState.QUEUED, replicas=(), nomination=None, worker=None, lease_until=None, reason=reason)
+        new = rec.advance(
+            JobState.QUEUED, at=utcnow(), replicas=(), nomination=None, worker=None, lease_until=None, reason=reason
+        )
         out = store.transition(rec, new, reason=reason, clear=clear_all(rec))
         if out.ok:
             store.enqueue_plan(job_id)
@@ -37,7 +39,7 @@ def requeue(store: Store, job_id: str, reason: str, when: Callable[[JobRecord], 
     return with_retries(job_id, attempt)
 
 
-def lose_node(store: Store, job_id: str, node_id: str, reason: str, boot_id: str | None = None) -> bool:
+def lose_node(store: MirroredStore, job_id: str, node_id: str, reason: str, boot_id: str | None = None) -> bool:
     """The replicas of ``job_id`` on ``node_id`` (placed before ``boot_id``, if given) lost their node: they
     are planned again at once, in the same step that frees what they held; its other replicas run on."""
 
@@ -66,7 +68,7 @@ def lose_node(store: Store, job_id: str, node_id: str, reason: str, boot_id: str
         )
         snap = store.snapshot().copy()
         snap.apply((), lost_holds)  # planned as if already freed, as they are by this very step
-        change = change_for(bare, plan_for(bare, snap))
+        change = change_for(bare, plan_for(bare, snap), now=utcnow())
         new = change.new.model_copy(update={"reason": f"{reason}; {change.new.reason}"})
         code, _ = commit(store, rec, replace(change, new=new, clear=(*lost_holds, *change.clear)), snap)
         if code == "ok":
@@ -84,7 +86,7 @@ def lose_node(store: Store, job_id: str, node_id: str, reason: str, boot_id: str
     return with_retries(job_id, attempt)
 
 
-def node_restarted(store: Store, node_id: str, boot_id: str) -> int:
+def node_restarted(store: MirroredStore, node_id: str, boot_id: str) -> int:
     """The replicas placed on ``node_id`` before it booted as ``boot_id`` are gone with that boot. Only
     when the node's stored heartbeat reports that boot: a restart no heartbeat shows changes nothing."""
     if store.node_boot(node_id) != boot_id:
@@ -94,7 +96,7 @@ def node_restarted(store: Store, node_id: str, boot_id: str) -> int:
     return sum(lose_node(store, j, node_id, f"node {node_id} restarted", boot_id) for j in sorted(jobs))
 
 
-def node_silent(store: Store, node_id: str) -> int:
+def node_silent(store: MirroredStore, node_id: str) -> int:
     """The replicas on a node whose heartbeat lapsed wait again; the node leaves the pool's index. Nothing
     if its heartbeat is back. A node id two agents publish under has no heartbeat stored either (the
     heartbeat script keeps it out of the pool): its jobs go the same way, the reason saying why."""
@@ -115,11 +117,11 @@ def node_silent(store: Store, node_id: str) -> int:
     return count
 
 
-def _drop_nomination(store: Store, job_id: str, node_id: str, why: str) -> None:
+def _drop_nomination(store: MirroredStore, job_id: str, node_id: str, why: str) -> None:
     rec = readable_job(store, job_id)
     if rec is None or rec.nomination is None or node_id not in nominated_cards(rec.nomination.holds):
         return
-    new = rec.advance(rec.state, nomination=None)
+    new = rec.advance(rec.state, at=utcnow(), nomination=None)
     store.transition(
         rec,
         new,

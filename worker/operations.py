@@ -26,6 +26,7 @@ from worker.config import wait_timeout_ms as default_wait_timeout_ms
 from worker.errors import Contended, JobExists, JobNotFound, NotReplicated, StillRunning, WrongState, redis_failure
 from worker.jobtext import read_job
 from worker.keys import check_id
+from worker.mirrored import MirroredStore
 from worker.owners import ANYONE, Acting, Owned
 from worker.planning import change_for, commit, plan_for
 from worker.records import MAX_REPLICAS, JobRecord, JobState, ServeRequest, utcnow
@@ -77,7 +78,7 @@ class Operations:
     have every write so far (``NotReplicated`` if they do not within ``wait_timeout_ms``); any error Redis
     answers with, or its absence, is raised as one of modelplan's (``redis_failure``), naming ``url``."""
 
-    store: Store
+    store: MirroredStore
     url: str = ""
     """Redis's address, redacted, for the errors; "" when not known."""
     wait_replicas: int = field(default_factory=default_wait_replicas)
@@ -161,7 +162,9 @@ class Operations:
 # --- the operations, on a store ------------------------------------------------------------------------------
 
 
-def submit(store: Store, req: ServeRequest, job_id: str, acting: Acting = ANYONE, owned: Owned | None = None) -> str:
+def submit(
+    store: MirroredStore, req: ServeRequest, job_id: str, acting: Acting = ANYONE, owned: Owned | None = None
+) -> str:
     """Record a serve job and queue it for planning, in one transaction: when this returns, the job is
     stored and queued; when it raises, nothing was. The same id with the same request again returns the id
     and queues nothing; with another request it raises ``JobExists``. ``acting``: whom the submit is for
@@ -222,7 +225,7 @@ def release(store: Store, job_id: str, acting: Acting = ANYONE) -> JobRecord:
         owners.check(rec, acting)
         if rec.state not in (JobState.PLACED, JobState.WAITING):
             raise WrongState(job_id, rec.state.value, "release", "placed or waiting")
-        new = rec.advance(JobState.RELEASED, nomination=None, reason="released")
+        new = rec.advance(JobState.RELEASED, at=utcnow(), nomination=None, reason="released")
         if not store.transition(rec, new, reason="released", clear=clear_all(rec)).ok:
             return AGAIN
         log.info("job_released", job_id=job_id)
@@ -245,7 +248,9 @@ def cancel(store: Store, job_id: str, acting: Acting = ANYONE) -> JobRecord:
         running = sum(1 for r in rec.replicas if r.placement)
         if running:
             raise StillRunning(job_id, rec.state.value, running, rec.wanted)
-        new = rec.advance(JobState.CANCELLED, nomination=None, worker=None, lease_until=None, reason="cancelled")
+        new = rec.advance(
+            JobState.CANCELLED, at=utcnow(), nomination=None, worker=None, lease_until=None, reason="cancelled"
+        )
         if not store.transition(rec, new, reason="cancelled", clear=clear_all(rec)).ok:
             return AGAIN
         log.info("job_cancelled", job_id=job_id)
@@ -254,7 +259,7 @@ def cancel(store: Store, job_id: str, acting: Acting = ANYONE) -> JobRecord:
     return with_retries(job_id, attempt)
 
 
-def scale(store: Store, job_id: str, replicas: int, acting: Acting = ANYONE) -> JobRecord:
+def scale(store: MirroredStore, job_id: str, replicas: int, acting: Acting = ANYONE) -> JobRecord:
     """Ask for ``replicas`` replicas: new ones are planned now, surplus ones freed; the rest stay as they
     are. A job still queued or being planned takes the new count when it is planned. ``acting``: as for
     ``release``."""
@@ -268,10 +273,11 @@ def scale(store: Store, job_id: str, replicas: int, acting: Acting = ANYONE) -> 
         if rec.state.final:
             raise WrongState(job_id, rec.state.value, "scale", "queued, planning, placed or waiting")
         if rec.state in (JobState.QUEUED, JobState.PLANNING):
-            new = rec.advance(rec.state, wanted=replicas, reason=f"scaled to {replicas}")
+            new = rec.advance(rec.state, at=utcnow(), wanted=replicas, reason=f"scaled to {replicas}")
             return new if store.transition(rec, new, reason=new.reason, score=now_ms()).ok else AGAIN
         snap = store.snapshot()
-        code, new_rec = commit(store, rec, change_for(rec, plan_for(rec, snap, wanted=replicas)), snap)
+        change = change_for(rec, plan_for(rec, snap, wanted=replicas), now=utcnow())
+        code, new_rec = commit(store, rec, change, snap)
         if new_rec is not None:
             return new_rec
         if code == "gone":

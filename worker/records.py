@@ -349,9 +349,9 @@ class JobRecord(BaseModel):
     def from_json(cls, raw: str | bytes) -> JobRecord:
         return cls.model_validate_json(raw)
 
-    def advance(self, state: JobState, **changes: Any) -> JobRecord:
-        """The next version of this record, in ``state``."""
-        changes.update(state=state, version=self.version + 1, updated_at=utcnow())
+    def advance(self, state: JobState, *, at: datetime, **changes: Any) -> JobRecord:
+        """The next version of this record, in ``state``, made at ``at`` (the caller's clock)."""
+        changes.update(state=state, version=self.version + 1, updated_at=at)
         return self.model_copy(update=changes)
 
 

@@ -47,11 +47,11 @@ from worker import constants as C
 from worker import logs, retry
 from worker.errors import NotReplicated, RedisForbidden, RedisUnavailable, WrongState
 from worker.keys import Keys, check_id
+from worker.mirrored import MirroredStore
 from worker.operations import Operations
 from worker.owners import Owned, Quotas
 from worker.records import JobRecord, JobState, ServeRequest, parse_request
 from worker.scripts import text
-from worker.store import Store
 from worker.streams import Source, Streams
 
 log = logs.get_logger("modelplan.requests")
@@ -155,7 +155,7 @@ class Consumer:
     The Python client (``producer.Client``) carries out its calls through the same operations, so that an
     entry and a call make the same record, the same queue entry and the same refusals."""
 
-    def __init__(self, store: Store, name: str, quotas: Quotas | None = None) -> None:
+    def __init__(self, store: MirroredStore, name: str, quotas: Quotas | None = None) -> None:
         self.store, self.keys, self.redis = store, store.keys, store.redis
         self.name = name
         self.operations = Operations(store)
@@ -326,7 +326,7 @@ def serve(url: str, keys: Keys, name: str, stop: Any) -> None:
     tried again after ``OUTAGE_RETRY_S``, a pause that doubles while it keeps failing (``retry.Backoff``)."""
     from worker.config import connect
 
-    consumer = Consumer(Store(connect(url), keys), name)
+    consumer = Consumer(MirroredStore(connect(url), keys), name)
     backoff = retry.Backoff(C.OUTAGE_RETRY_S)
     trouble = ""
     error: Exception
