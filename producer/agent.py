@@ -45,7 +45,7 @@ from typing import Any, Protocol, cast
 from planner.constants import USABLE_FRACTION
 from planner.errors import InvalidInput, ModelplanError
 from planner.model import Artifact, Option
-from planner.pool import ID_PATTERN
+from planner.pool import ID_REGEX
 from planner.quant import mem_from_class
 from producer import constants as K
 from producer.client import BeatLog, Client
@@ -552,7 +552,7 @@ def read_boot_id(path: str | Path = K.BOOT_ID_PATH) -> str:
         boot_id = Path(path).read_text(encoding="ascii").strip()
     except (OSError, UnicodeDecodeError):
         boot_id = ""
-    if re.fullmatch(ID_PATTERN, boot_id):
+    if re.fullmatch(ID_REGEX, boot_id):
         return boot_id
     boot_id = uuid.uuid4().hex
     log.warning("boot_id_random", path=str(path), boot_id=boot_id)
@@ -571,7 +571,7 @@ class Started:
 
 
 def _checked(value: str, field: str, allow_empty: bool = False) -> str:
-    if (allow_empty and value == "") or re.fullmatch(ID_PATTERN, value):
+    if (allow_empty and value == "") or re.fullmatch(ID_REGEX, value):
         return value
     raise InvalidInput(
         "arguments", field, f"{value!r}: only letters, digits, '.', '_' and '-' (up to 128, starting with one)"

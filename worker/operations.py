@@ -199,7 +199,7 @@ def submit(
             )
             event = {"job_id": job_id, "state": "queued", "version": "0", "reason": "submitted"}
             pipe.multi()
-            pipe.set(key, rec.to_json())
+            pipe.set(key, rec.to_stored())
             pipe.zadd(k.jobs(JobState.QUEUED), {job_id: now_ms()})
             pipe.xadd(k.job_events(job_id), event, maxlen=C.JOB_EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
             pipe.xadd(k.events, event, maxlen=C.EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from planner.decide import Hold, JobPlan, Outcome, ReplicaPlan, Running, Wait, plan_job
+from planner.decide import Hold, JobPlan, ReplicaPlan, Running, Wait, plan_job
+from planner.decide import Outcome as PlanOutcome
 from worker import calls as calls_
 from worker import constants as C
 from worker import logs, metrics
@@ -32,7 +33,7 @@ from worker.records import (
     WaitRecord,
     utcnow,
 )
-from worker.store import Outcome as Answer
+from worker.store import Outcome
 
 log = logs.get_logger("modelplan.worker")
 
@@ -286,7 +287,7 @@ def commit_all(
     return done
 
 
-def _committed(store: MirroredStore, change: Change, out: Answer, snap: Snapshot) -> tuple[str, JobRecord | None]:
+def _committed(store: MirroredStore, change: Change, out: Outcome, snap: Snapshot) -> tuple[str, JobRecord | None]:
     """What a commit's answer means: ``("ok", new)``, counted in ``snap`` and logged; or the script's code
     and None."""
     new = change.new
@@ -353,7 +354,7 @@ def _without_new_holds(plan: JobPlan) -> JobPlan:
         else r
         for r in plan.replicas
     )
-    outcome: Outcome = "placed" if replicas and all(r.holds for r in replicas) else "waiting"
+    outcome: PlanOutcome = "placed" if replicas and all(r.holds for r in replicas) else "waiting"
     return replace(
         plan,
         replicas=replicas,

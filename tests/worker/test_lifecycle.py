@@ -401,7 +401,7 @@ def test_a_claim_rewrites_only_the_head_of_a_queued_record(client: Client) -> No
     claimed = planning.claim(client.store, job, "w-1")
     assert claimed is not None
     raw = client.redis.get(client.keys.job(job))
-    assert raw == claimed.to_json().encode()
+    assert raw == claimed.to_stored().encode()
     assert claimed == before.model_copy(
         update={
             "state": JobState.PLANNING,
