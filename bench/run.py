@@ -56,9 +56,9 @@ from tests.redis_server import RedisServer
 from worker import constants as C
 from worker.config import configure_logging
 from worker.keys import Keys
+from worker.mirrored import MirroredStore
 from worker.queueing import queue_class
 from worker.records import JobState
-from worker.store import Store
 
 NOOP_FUNC = "bench.noop.noop"
 """What the no-op jobs name: run by ``bench.noop``'s worker, which modelplan's would refuse."""
@@ -235,11 +235,11 @@ def planner_cost(sizes: Sizes) -> None:
 
 
 def snapshot_cost(url: str, sizes: Sizes) -> None:
-    """Time for a worker to read the pool (``Store.snapshot``), a fifth of the nodes holding a job: cold
-    (the first read, the whole pool) and after a change (one node published since the last read: what a
-    worker's mirror catches up on between two plans)."""
+    """Time for a worker to read the pool (``MirroredStore.snapshot``), a fifth of the nodes holding a job:
+    cold (the first read, the whole pool) and after a change (one node published since the last read: what
+    a worker's mirror catches up on between two plans)."""
     r = redis.Redis.from_url(url)
-    store = Store(redis.Redis.from_url(url), Keys(PLAN_PREFIX))
+    store = MirroredStore(redis.Redis.from_url(url), Keys(PLAN_PREFIX))
     k = store.keys
     for n in sizes.snapshot_pools:
         r.flushall()

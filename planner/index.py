@@ -11,7 +11,9 @@ a few counts and lists.
 ``PoolView`` (``planner.view``) is an index with a few nodes seen otherwise: the cards a plan has just
 taken, a job's own nomination counted as free, the cards held for others counted back. It answers as the
 index does, less the nodes it overrides, merged with those nodes as it sees them, so it costs what it
-overrides. The counts options read are ``planner.groups``'.
+overrides. The index owns its nodes, counts and lists; a view reads them through the index's public
+reading methods (``nodes``, ``group``, ``rooms``, ``gpu_lists``, ``ram_lists``, ``host_ids``) and changes
+none of them. The counts options read are ``planner.groups``'.
 
 Node ids are unique in a pool: a node put again replaces the one of its id, in its place.
 """
@@ -22,9 +24,9 @@ import heapq
 import math
 from bisect import bisect_left, insort
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import compress
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from planner.constants import HOST_SHARE, card_budget_gb
 from planner.groups import (
@@ -46,9 +48,6 @@ from planner.groups import (
     tally,
 )
 from planner.model import Option, PoolNode
-
-if TYPE_CHECKING:
-    from planner.view import PoolView
 
 # --- what the node choice reads ----------------------------------------------------------------------------
 
@@ -99,13 +98,14 @@ def _remove_from(lst: list[_T], item: _T) -> None:
 
 
 class PoolIndex:
-    """Ready nodes by id (in the order they came), with the counts and ordered ids a plan reads.
+    """Ready nodes by id (in the order they came), with the counts and ordered ids a plan reads. For:
+    keeping what a plan asks of the pool answered as nodes change, a node at a time.
 
     Every node is listed by its cards (``CardKey``), by its cards on its fabric (``FabricKey``) and by its
     RAM (``HostKey``), each list of ids kept sorted; the GPU nodes ``grouped`` counts are counted as it
     counts them (``groups``), and the nodes' RAM as ``HostPool.of`` does (``hosts``). Queries go through a
-    ``PoolView`` (``view``); they read the lists as they stand, so a query is consumed before the index
-    changes again.
+    ``PoolView(index)``; they read the lists as they stand, so a query is consumed before the index
+    changes again. What a reader is handed (``nodes``, the lists) is the index's own: read only.
     """
 
     __slots__ = (
@@ -194,12 +194,21 @@ class PoolIndex:
     def get(self, node_id: str) -> PoolNode | None:
         return self._nodes.get(node_id)
 
-    def view(self, nodes: Iterable[PoolNode] = ()) -> PoolView:
-        """The pool with ``nodes`` seen as given in place of the nodes of their ids (ids not in the pool
-        are left out)."""
-        from planner.view import PoolView  # which builds on this module
+    @property
+    def nodes(self) -> Mapping[str, PoolNode]:
+        """The nodes by id, in the order they came. The index's own mapping, for reading only; the same
+        object for the index's life, so a reader may keep it."""
+        return self._nodes
 
-        return PoolView(self, nodes)
+    def group(self, gpu_class: str, mem_gb: int) -> Group | None:
+        """The counted group of one card class and size (as ``groups`` lists it), or None. Read only."""
+        return self._groups.get((gpu_class, mem_gb))
+
+    def rooms(self) -> Iterator[tuple[float, int]]:
+        """``(room, nodes)``: how many nodes with RAM could give a CPU replica each amount now, the largest
+        amount first."""
+        room = self._room
+        return ((r, room[r]) for r in reversed(self._rooms))
 
     def groups(self) -> list[Group]:
         """``grouped(list(self))``, kept rather than counted. Read only: the index changes these in place."""
@@ -355,9 +364,9 @@ class PoolIndex:
                 del self._groups[key]
                 self._group_list = None
 
-    # --- the lists a query reads --------------------------------------------------------------------------
+    # --- the lists a query reads (the index's own: read only) ----------------------------------------------
 
-    def _gpu_lists(self, o: Option) -> list[tuple[int, list[str]]]:
+    def gpu_lists(self, o: Option) -> list[tuple[int, list[str]]]:
         """``(free cards, ids)`` of each kind of node that could ever take a share of GPU layout ``o``."""
         width, have = o.gpus_per_node, o.have_gb
         if o.nodes <= 1:
@@ -366,8 +375,12 @@ class PoolIndex:
         fkeys = self._fabric_keys.get((o.gpu_class, o.fabric), ())
         return [(k[4], self._fabrics[k]) for k in fkeys if k[3] >= width and card_budget_gb(k[1]) == have]
 
-    def _ram_lists(self, o: Option) -> Iterator[tuple[int, int, list[int]]]:
+    def ram_lists(self, o: Option) -> Iterator[tuple[int, int, list[int]]]:
         """``(sign of cards, RAM, free RAM sizes)`` of each RAM size that could ever hold CPU layout ``o``."""
         for (sign, mem), frees in self._host_frees.items():
             if mem * HOST_SHARE >= o.need_gb:
                 yield sign, mem, frees
+
+    def host_ids(self, sign: int, mem: int, free: int) -> list[str]:
+        """The ids of the nodes with that sign of cards, RAM and free RAM (one of ``ram_lists``' sizes)."""
+        return self._hosts[(sign, mem, free)]

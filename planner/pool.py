@@ -15,9 +15,10 @@ from planner.model import PoolNode
 from planner.quant import mem_from_class
 from planner.wording import plain
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+ID_REGEX = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 """Node ids, class labels and fabric names: letters, digits, ``.``, ``_`` and ``-``, up to 128 characters.
-They become parts of Redis keys and command lines, so nothing else is let in."""
+They become parts of Redis keys and command lines, so nothing else is let in. The pattern's text, anchored,
+as pydantic's ``Field(pattern=)`` takes it; ``worker.keys.ID_PATTERN`` is the same rule compiled."""
 
 RESERVED_CLASSES = {"cpu": "a CPU node's host memory", "any": "a job that any freed class wakes"}
 """Class names with a meaning of their own where pending jobs are indexed by class (``pending:for``,
@@ -33,10 +34,10 @@ class NodeReport(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    node_id: str = Field(pattern=ID_PATTERN)
-    gpu_class: str = Field(default="", pattern=r"^$|" + ID_PATTERN)
+    node_id: str = Field(pattern=ID_REGEX)
+    gpu_class: str = Field(default="", pattern=r"^$|" + ID_REGEX)
     """The card class label, such as ``h100-80g``; ``""`` for a node with no GPU."""
-    fabric: str = Field(default="", pattern=r"^$|" + ID_PATTERN)
+    fabric: str = Field(default="", pattern=r"^$|" + ID_REGEX)
     """The interconnect its cards share with other nodes' (pipeline parallel spans one fabric)."""
     gpu_mem_gb: int = Field(default=0, ge=0, le=MAX_MEM_GB)
     """One card's memory in GiB; when 0, read from the class label."""

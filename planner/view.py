@@ -1,4 +1,5 @@
-"""A pool index seen with a few nodes otherwise: what a plan works on."""
+"""A pool index seen with a few nodes otherwise: what a plan works on. The index (``planner.index``) owns
+the nodes and their lists; a view reads them through its public methods and keeps only its overrides."""
 
 from __future__ import annotations
 
@@ -15,15 +16,18 @@ from planner.model import Option, PoolNode
 
 
 class PoolView:
-    """A ``PoolIndex`` with some nodes seen otherwise. Iterates as the whole pool in the index's order,
+    """A ``PoolIndex`` with some nodes seen otherwise: what the planner reads (a job's own nomination
+    counted free, the cards a plan has just taken). Iterates as the whole pool in the index's order,
     with those nodes in place of the index's; queries cost the kinds of node they read, and the nodes
     overridden."""
 
-    __slots__ = ("index", "over")
+    __slots__ = ("_base", "index", "over")
 
     def __init__(self, index: PoolIndex, nodes: Iterable[PoolNode] = ()) -> None:
+        """The pool of ``index`` with ``nodes`` seen as given in place of the nodes of their ids (ids not
+        in the pool are left out)."""
         self.index = index
-        base = index._nodes
+        self._base = base = index.nodes
         self.over: dict[str, PoolNode] = {}
         """The nodes seen otherwise than the index has them, by id."""
         for n in nodes:
@@ -40,7 +44,7 @@ class PoolView:
         over = self.over
         if not over:
             return iter(self.index)
-        return (over.get(i, n) for i, n in self.index._nodes.items())
+        return (over.get(i, n) for i, n in self._base.items())
 
     def __contains__(self, node_id: object) -> bool:
         return node_id in self.index
@@ -60,7 +64,7 @@ class PoolView:
         base = self.index.groups()
         delta: Counter[tuple[str, int, str, int, int]] = Counter()
         for i, n in self.over.items():
-            was, now = grouped_key(self.index._nodes[i]), grouped_key(n)
+            was, now = grouped_key(self._base[i]), grouped_key(n)
             if was != now:
                 if was is not None:
                     delta[was] -= 1
@@ -75,7 +79,7 @@ class PoolView:
                 continue
             g = copies.get((gpu_class, mem_gb))
             if g is None:
-                old = self.index._groups.get((gpu_class, mem_gb))
+                old = self.index.group(gpu_class, mem_gb)
                 g = Group(gpu_class, mem_gb)
                 if old is not None:  # the fabrics are shared until one is changed
                     g.max_gpus, g.fabrics, g.cards = old.max_gpus, list(old.fabrics), dict(old.cards)
@@ -98,11 +102,11 @@ class PoolView:
         index = self.index
         if not self.over:
             return index.hosts()
-        sizes = dict(index._host_sizes)
+        sizes = index.hosts().sizes  # a copy of the index's
         gone: Counter[float] = Counter()
         best = -math.inf
         for i, n in self.over.items():
-            was = index._nodes[i]
+            was = self._base[i]
             sizes[was.host_mem_gb] -= 1
             if not sizes[was.host_mem_gb]:
                 del sizes[was.host_mem_gb]
@@ -111,8 +115,8 @@ class PoolView:
                 gone[ram_room(was)] += 1
             if n.host_mem_gb > 0:
                 best = max(best, ram_room(n))
-        for room in reversed(index._rooms):
-            if index._room[room] > gone[room]:
+        for room, count in index.rooms():
+            if count > gone[room]:
                 best = max(room, best)
                 break
         return HostPool(sizes, best)
@@ -124,7 +128,7 @@ class PoolView:
         then by id."""
         width, over = o.gpus_per_node, self.over
         by_free: dict[int, list[list[str]]] = {}
-        for free, ids in self.index._gpu_lists(o):
+        for free, ids in self.index.gpu_lists(o):
             if free >= width:
                 by_free.setdefault(free, []).append(ids)
         base = ((free, i) for free in sorted(by_free) for i in merged(by_free[free]) if i not in over)
@@ -138,11 +142,11 @@ class PoolView:
         by_lack: dict[int, list[list[str]]] = {}
         if o.cpu:
             index = self.index
-            for sign, mem, frees in index._ram_lists(o):
+            for sign, mem, frees in index.ram_lists(o):
                 for free in frees:
-                    by_lack.setdefault(ram_lack(o.need_gb, free), []).append(index._hosts[(sign, mem, free)])
+                    by_lack.setdefault(ram_lack(o.need_gb, free), []).append(index.host_ids(sign, mem, free))
         else:
-            for free, ids in self.index._gpu_lists(o):
+            for free, ids in self.index.gpu_lists(o):
                 by_lack.setdefault(max(0, o.gpus_per_node - free), []).append(ids)
         base = ((k, i) for k in sorted(by_lack) for i in merged(by_lack[k]) if i not in over)
         extra = sorted((lack(o, n), n.id) for n in over.values() if takes(o, n))
@@ -154,25 +158,26 @@ class PoolView:
         """How many nodes could ever take a share of ``o``."""
         index = self.index
         if o.cpu:
-            count = sum(len(index._hosts[(s, m, f)]) for s, m, frees in index._ram_lists(o) for f in frees)
+            count = sum(len(index.host_ids(s, m, f)) for s, m, frees in index.ram_lists(o) for f in frees)
         else:
-            count = sum(len(ids) for _, ids in index._gpu_lists(o))
+            count = sum(len(ids) for _, ids in index.gpu_lists(o))
+        base = self._base
         for i, n in self.over.items():
-            count += takes(o, n) - takes(o, index._nodes[i])
+            count += takes(o, n) - takes(o, base[i])
         return count
 
     def cpu_fit(self, o: Option) -> PoolNode | None:
         """The node to run CPU layout ``o`` on now (``cpu_rank``'s first), or None if none has the RAM free."""
         index, over = self.index, self.over
         found = [n for n in over.values() if takes(o, n) and lack(o, n) == 0]
-        for sign, mem, frees in index._ram_lists(o):
+        for sign, mem, frees in index.ram_lists(o):
             start = bisect_left(frees, o.need_gb)  # those with at least its need free lack nothing
             # without cards, the least RAM free first; with them (or fewer than none), the most
             order = range(start, len(frees)) if sign == 0 else range(len(frees) - 1, start - 1, -1)
             for j in order:
-                first = next((i for i in index._hosts[(sign, mem, frees[j])] if i not in over), None)
+                first = next((i for i in index.host_ids(sign, mem, frees[j]) if i not in over), None)
                 if first is not None:
-                    found.append(index._nodes[first])
+                    found.append(self._base[first])
                     break
         return min(found, key=cpu_rank) if found else None
 
@@ -184,7 +189,7 @@ class PoolView:
     def _node(self, node_id: str) -> PoolNode:
         """The node of an id the index lists, as this view sees it."""
         n = self.over.get(node_id)
-        return n if n is not None else self.index._nodes[node_id]
+        return n if n is not None else self._base[node_id]
 
 
 Nodes: TypeAlias = Sequence[PoolNode] | PoolIndex | PoolView

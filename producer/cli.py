@@ -141,7 +141,7 @@ def _reading(fn: Callable[[], T]) -> T:
 
 def cmd_job(args: argparse.Namespace) -> int:
     rec = _reading(lambda: _client(args).get(args.job_id))
-    print(rec.to_json() if args.json else job_text(rec))
+    print(rec.to_stored() if args.json else job_text(rec))
     return 0
 
 

@@ -21,7 +21,7 @@ import redis
 from producer.ownstream import OwnStream
 from producer.relayed import Relayed, Stored
 from producer.serve import request_from_folder, request_from_listing, request_from_repository
-from worker import conflicts, moves, owners, quarantine
+from worker import conflicts, quarantine
 from worker import constants as C
 from worker.beats import Beat
 from worker.config import client_id as default_client_id
@@ -31,8 +31,9 @@ from worker.config import redis_url as default_url
 from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
 from worker.conflicts import ConflictRecord
-from worker.errors import JobExists, JobNotFound, NotReplicated, redis_failure
 from worker.keys import Keys, check_client_id, check_id
+from worker.mirrored import MirroredStore
+from worker.operations import Operations, check_replicas
 from worker.owners import ANYONE, Acting, Owned
 from worker.pool import Held, Snapshot
 from worker.records import (
@@ -43,12 +44,10 @@ from worker.records import (
     ServeRequest,
     parse_heartbeat,
     parse_request,
-    read_record,
     stored_tail,
     utcnow,
 )
 from worker.scripts import text
-from worker.store import Store, now_ms
 
 T = TypeVar("T")
 
@@ -92,14 +91,19 @@ class Client:
         wait_timeout_ms: int | None = None,
         client_id: str | None = None,
     ) -> None:
-        self.store = Store(client, Keys(default_prefix(prefix)))
+        self.store = MirroredStore(client, Keys(default_prefix(prefix)))
         self.keys = self.store.keys
         self.redis = client
         self._url = redact(url) if url else ""
-        self.wait_replicas = default_wait_replicas(wait_replicas)
-        """Replicas a submit, release, cancel or scale waits for before it returns (``MODELPLAN_WAIT_REPLICAS``,
-        0 by default): with N, what returned survives a failover that promotes one of those N."""
-        self.wait_timeout_ms = default_wait_timeout_ms(wait_timeout_ms)
+        self.operations = Operations(
+            self.store,
+            url=self._url,
+            wait_replicas=default_wait_replicas(wait_replicas),
+            wait_timeout_ms=default_wait_timeout_ms(wait_timeout_ms),
+        )
+        """Submit, release, cancel and scale, as the request streams' reader carries them out. Each waits
+        for ``wait_replicas`` replicas before it returns (``MODELPLAN_WAIT_REPLICAS``, 0 by default): with
+        N, what returned survives a failover that promotes one of those N."""
         self._relayed = Relayed()
         """The heartbeats ``heartbeats`` validated from text, so that a refresh's next text is not again."""
         self.client_id = check_client_id(client_id) if client_id is not None else None
@@ -116,26 +120,10 @@ class Client:
         resolved = default_url(url)
         return cls(connect(resolved), prefix, url=resolved, client_id=default_client_id(client_id), **wait)
 
-    def _replicated(self, what: str) -> None:
-        """Wait until ``wait_replicas`` replicas have every write made so far, or raise ``NotReplicated``.
-        WAIT counts what the connection it runs on wrote, and a pool may have made the writes on another:
-        a write on the same connection just before it covers them all, replication being one stream."""
-        if not self.wait_replicas:
-            return
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.incr(self.keys.ack)
-            pipe.wait(self.wait_replicas, self.wait_timeout_ms)
-            _, acked = pipe.execute()
-        if int(acked) < self.wait_replicas:
-            raise NotReplicated(what, int(acked), self.wait_replicas, self.wait_timeout_ms)
-
     def _call(self, fn: Callable[[], T]) -> T:
         """``fn``'s answer; any error Redis answers with, or its absence, as one of modelplan's errors
         (``worker.errors.redis_failure``), with the URL redacted."""
-        try:
-            return fn()
-        except redis.RedisError as e:
-            raise redis_failure(self._url, e) from e
+        return self.operations.call(fn)
 
     # --- serve jobs -------------------------------------------------------------------------------------
 
@@ -160,58 +148,10 @@ class Client:
         if own is not None:
             self._call(lambda: own.ask("submit", job_id, request=req.model_dump_json()))
             return job_id
-        self._call(lambda: self._submit(req, job_id, as_client, owned))
-        self._call(partial(self._replicated, f"submit {job_id}"))
-        return job_id
-
-    def _submit(self, req: ServeRequest, job_id: str, as_client: Acting, owned: Owned | None) -> str:
-        k = self.keys
-        key = k.job(job_id)
-        while True:
-            with self.redis.pipeline(transaction=True) as pipe:
-                try:
-                    pipe.watch(key, *([owned.key] if owned else []))  # type: ignore[no-untyped-call]
-                    raw = pipe.get(key)
-                    if raw is not None:
-                        old = read_record(JobRecord, raw, key)
-                        owners.check_submit(old, as_client)
-                        if old.request == req:
-                            return job_id
-                        raise JobExists(job_id)
-                    admit = owned.admit(pipe, job_id, req.replicas) if owned else None
-                    seq = self.store.next_seq()
-                    now = utcnow()
-                    rec = JobRecord(
-                        job_id=job_id,
-                        state=JobState.QUEUED,
-                        version=0,
-                        request=req,
-                        wanted=req.replicas,
-                        seq=seq,
-                        created_at=now,
-                        updated_at=now,
-                        reason="queued",
-                        owner=owners.recorded(as_client),
-                    )
-                    event = {"job_id": job_id, "state": "queued", "version": "0", "reason": "submitted"}
-                    pipe.multi()
-                    pipe.set(key, rec.to_json())
-                    pipe.zadd(k.jobs(JobState.QUEUED), {job_id: now_ms()})
-                    pipe.xadd(k.job_events(job_id), event, maxlen=C.JOB_EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
-                    pipe.xadd(k.events, event, maxlen=C.EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
-                    self.store.enqueue_plan(job_id, pipeline=pipe)
-                    if admit is not None:
-                        admit(pipe)
-                    pipe.execute()
-                    return job_id
-                except redis.WatchError:
-                    continue
+        return self.operations.submit(req, job_id, as_client=as_client, owned=owned)
 
     def get(self, job_id: str) -> JobRecord:
-        rec = self._call(lambda: self.store.job(job_id))
-        if rec is None:
-            raise JobNotFound(job_id)
-        return rec
+        return self.operations.get(job_id)
 
     def watch(self, job_id: str, timeout: float = 60.0) -> Iterator[JobRecord]:
         """Yield the job's record now and at each change, until it settles (placed, failed, cancelled,
@@ -241,27 +181,21 @@ class Client:
         ``as_client``: whom the call acts for (the request reader's); ``NotOwner`` if the job is not theirs."""
         if self._own is not None:
             return self._asked("release", job_id)
-        rec = self._call(lambda: moves.release(self.store, job_id, as_client))
-        self._call(partial(self._replicated, f"release {job_id}"))
-        return rec
+        return self.operations.release(job_id, as_client=as_client)
 
     def scale(self, job_id: str, replicas: int, *, as_client: Acting = ANYONE) -> JobRecord:
         """Ask for ``replicas`` replicas: new ones are planned at once, surplus ones freed. ``as_client``:
         as for ``release``."""
         if self._own is not None:
-            moves.check_replicas(replicas)  # refused here, with the field named, as a direct call is
+            check_replicas(replicas)  # refused here, with the field named, as a direct call is
             return self._asked("scale", job_id, replicas=str(replicas))
-        rec = self._call(lambda: moves.scale(self.store, job_id, replicas, as_client))
-        self._call(partial(self._replicated, f"scale {job_id}"))
-        return rec
+        return self.operations.scale(job_id, replicas, as_client=as_client)
 
     def cancel(self, job_id: str, *, as_client: Acting = ANYONE) -> JobRecord:
         """Cancel a job that is queued, being planned, or waiting. ``as_client``: as for ``release``."""
         if self._own is not None:
             return self._asked("cancel", job_id)
-        rec = self._call(lambda: moves.cancel(self.store, job_id, as_client))
-        self._call(partial(self._replicated, f"cancel {job_id}"))
-        return rec
+        return self.operations.cancel(job_id, as_client=as_client)
 
     def _asked(self, op: str, job_id: str, **fields: str) -> JobRecord:
         """``op`` carried out through this client's own stream: the job's record once it is answered."""

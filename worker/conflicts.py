@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.pool import ID_PATTERN
+from planner.pool import ID_REGEX
 from worker.errors import BadRecord
 from worker.records import SEQ_MAX, read_record
 
@@ -29,7 +29,7 @@ class BootHeard(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    boot_id: str = Field(pattern=ID_PATTERN)
+    boot_id: str = Field(pattern=ID_REGEX)
     heard_ms: int
     """When it was last heard: ms since the epoch, the Redis server's clock."""
     seq: int = Field(ge=0, le=SEQ_MAX)
@@ -42,10 +42,10 @@ class ConflictRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    node_id: str = Field(pattern=ID_PATTERN)
+    node_id: str = Field(pattern=ID_REGEX)
     boots: tuple[BootHeard, ...]
     """In the order they were first heard."""
-    last_boot: str = Field(pattern=ID_PATTERN)
+    last_boot: str = Field(pattern=ID_REGEX)
     """The boot of the last heartbeat heard."""
     flips: int = Field(ge=0)
     """How many times the boot heard changed since the conflict began, the change that showed it

@@ -15,20 +15,20 @@ from rq import get_current_job
 from worker import constants as C
 from worker import metrics, moves, planning, waking
 from worker.keys import Keys
-from worker.store import Store
+from worker.mirrored import MirroredStore
 
-_stores: dict[tuple[int, str], tuple[redis.Redis, Store]] = {}
-"""One Store per connection and prefix in a worker process, kept across jobs so that its pool mirror and
+_stores: dict[tuple[int, str], tuple[redis.Redis, MirroredStore]] = {}
+"""One MirroredStore per connection and prefix in a worker process, kept across jobs so that its pool mirror and
 parsed records carry from one job to the next; its lock keeps the job thread and the waker apart. Each
 entry keeps the client it was found by."""
 
 
-def store_for(connection: redis.Redis, prefix: str) -> Store:
-    """This process's Store for ``connection`` and ``prefix``: the one its jobs and its waker share."""
+def store_for(connection: redis.Redis, prefix: str) -> MirroredStore:
+    """This process's MirroredStore for ``connection`` and ``prefix``: the one its jobs and its waker share."""
     key = (id(connection), prefix)
     got = _stores.get(key)
     if got is None or got[0] is not connection:
-        got = _stores[key] = (connection, Store(connection, Keys(prefix)))
+        got = _stores[key] = (connection, MirroredStore(connection, Keys(prefix)))
     return got[1]
 
 
@@ -49,7 +49,7 @@ def loop_client(connection: redis.Redis, prefix: str) -> redis.Redis:
     return client
 
 
-def _store(prefix: str) -> tuple[Store, str]:
+def _store(prefix: str) -> tuple[MirroredStore, str]:
     job = get_current_job()
     if job is None:
         raise RuntimeError("worker.jobs functions run inside an RQ job")
@@ -64,7 +64,7 @@ def keep_warm(connection: redis.Redis, prefix: str) -> None:
         store.keep_warm(C.MIRROR_IDLE_READ_S)
 
 
-def run_pass(store: Store, worker: str, full: bool = False) -> int:
+def run_pass(store: MirroredStore, worker: str, full: bool = False) -> int:
     """A wake-up pass on ``store``, with its lock held: from an RQ job, or from the waker."""
     with store.lock, structlog.contextvars.bound_contextvars(worker=worker):
         # a node restarted signals a pass: its notice is taken first, so that its jobs are checked whoever

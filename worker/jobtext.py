@@ -64,11 +64,11 @@ def read_job(raw: bytes | str, key: str) -> JobRecord:
 
 
 def job_text(rec: JobRecord) -> str:
-    """``rec``'s JSON text, as ``rec.to_json()`` writes it."""
+    """``rec``'s JSON text, as ``rec.to_stored()`` writes it."""
     req = rec.request
     kept = _text_of.get(id(req))
     if kept is None or kept[0] is not req:
-        text = rec.to_json()
+        text = rec.to_stored()
         at = text.find(_AT)
         end = text.find(_END, at) if at >= 0 else -1
         if end >= 0:

@@ -137,7 +137,7 @@ JOB_STATES = frozenset({"queued", "planning", "placed", "waiting", "failed", "ca
 """The job states (``worker.records.JobState``), spelled here too since records import this module."""
 
 CPU_CLASS = "cpu"
-"""The class key of CPU capacity (host memory) in ``waiting:for`` and ``wake:classes``."""
+"""The class key of CPU capacity (host memory) in ``pending:for`` and ``wake:classes``."""
 
 
 CLIENT_ID_MAX = 64

@@ -18,9 +18,10 @@ from worker import conflicts, logs, moves, orphans, planning, quarantine, retry
 from worker import constants as C
 from worker.errors import BadRecord
 from worker.keys import planning_job_id
+from worker.mirrored import MirroredStore
 from worker.records import JobRecord, JobState, utcnow
 from worker.scripts import text
-from worker.store import Store, now_ms
+from worker.store import now_ms
 
 log = logs.get_logger("modelplan.maintenance")
 
@@ -34,10 +35,10 @@ class SweepState:
         self.orphans = orphans.Seen()
 
 
-Step = Callable[[Store, int, bool, SweepState], int]
+Step = Callable[[MirroredStore, int, bool, SweepState], int]
 
 
-def sweep(store: Store, *, force: bool = False, state: SweepState | None = None) -> dict[str, int]:
+def sweep(store: MirroredStore, *, force: bool = False, state: SweepState | None = None) -> dict[str, int]:
     """One sweep, if no other worker is sweeping; ``force`` skips the lock (tests, ``--burst``). ``state``:
     what the sweeps of one worker carry between them (a fresh one when not given). What each step did, by
     its name."""
@@ -74,7 +75,7 @@ def _failed(state: SweepState, step: str, error: Exception) -> None:
         log.exception("maintenance_step_failed", **fields)
 
 
-def _leases(store: Store, now: int, force: bool, state: SweepState) -> int:
+def _leases(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
     k, r = store.keys, store.redis
     n = 0
     planning_ids = r.zrangebyscore(k.jobs(JobState.PLANNING), "-inf", now)
@@ -93,7 +94,7 @@ def _leases(store: Store, now: int, force: bool, state: SweepState) -> int:
     return n
 
 
-def _silent(store: Store, now: int, force: bool, state: SweepState) -> int:
+def _silent(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
     n = 0
     for node_id in store.silent_nodes():
         n += 1
@@ -106,7 +107,7 @@ def _silent(store: Store, now: int, force: bool, state: SweepState) -> int:
     return n
 
 
-def _lost(store: Store, now: int, force: bool, state: SweepState) -> int:
+def _lost(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
     k, r = store.keys, store.redis
     old_raw = r.zrangebyscore(k.jobs(JobState.QUEUED), "-inf", now - C.QUEUED_LOST_MS)
     old = store.valid_ids(old_raw, k.jobs(JobState.QUEUED), "a job id", "skipped")
@@ -125,7 +126,7 @@ def _lost(store: Store, now: int, force: bool, state: SweepState) -> int:
     return n
 
 
-def _finished(store: Store, now: int, force: bool, state: SweepState) -> int:
+def _finished(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
     k, r = store.keys, store.redis
     return sum(
         int(r.zremrangebyscore(k.jobs(s), "-inf", now - C.FINISHED_TTL_S * 1000))
@@ -133,7 +134,7 @@ def _finished(store: Store, now: int, force: bool, state: SweepState) -> int:
     )
 
 
-def _waiting(store: Store, now: int, force: bool, state: SweepState) -> int:
+def _waiting(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
     k, r = store.keys, store.redis
     if not (force or r.set(k.lock("waiting-sweep"), "1", nx=True, px=int(C.WAITING_SWEEP_INTERVAL_S * 1000))):
         return 0
@@ -150,7 +151,7 @@ def _waiting(store: Store, now: int, force: bool, state: SweepState) -> int:
     return 1
 
 
-def _wake_keys(store: Store, now: int, force: bool, state: SweepState) -> int:
+def _wake_keys(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
     """Put ``wake:signal`` and ``wake:classes`` right if either is of another type: every script that
     frees capacity writes them (a heartbeat's would fail on them), so they are looked at every sweep, one
     round trip; a full pass is signalled in their place."""
@@ -167,16 +168,16 @@ def _wake_keys(store: Store, now: int, force: bool, state: SweepState) -> int:
     return repaired
 
 
-def _conflicts(store: Store, now: int, force: bool, state: SweepState) -> int:
+def _conflicts(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
     """A node id's conflict clears as its record's TTL runs out: its entry in the index goes after it."""
     return conflicts.prune(store, now)
 
 
-def _holds(store: Store, now: int, force: bool, state: SweepState) -> int:
+def _holds(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
     return orphans.reclaim(store, state.orphans)
 
 
-def _quarantine(store: Store, now: int, force: bool, state: SweepState) -> int:
+def _quarantine(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
     return quarantine.prune(store.redis, store.keys)
 
 
@@ -194,7 +195,7 @@ STEPS: dict[str, Step] = {
 """The sweep's steps in the order they run, by the name each is counted and logged under."""
 
 
-def _unreadable(store: Store, job_id: str, rec: JobRecord | BadRecord | None) -> bool:
+def _unreadable(store: MirroredStore, job_id: str, rec: JobRecord | BadRecord | None) -> bool:
     if isinstance(rec, BadRecord):
         store.fail_unreadable_job(job_id, rec)
         return True

@@ -1,20 +1,77 @@
 """A worker's mirror of the pool: the pool as plans see it (``worker.pool.Snapshot``), how far it has read
-``pool:changes``, and when each node's heartbeat lapses, by the Redis server's clock. Pure: ``worker.poolread``
-reads Redis and feeds it; this only keeps it."""
+``pool:changes``, and when each node's heartbeat lapses, by the Redis server's clock.
+
+Pure: no Redis, no store. It is fed values: the change stream's entries, parsed (``worker.changes``), and
+readings of nodes and holds (``NodesRead``, ``WholeRead``) that the store took from Redis. It says back
+which nodes and holds an entry makes worth reading again (``Named``), and what it could not read
+(``Unread``: records that do not parse, ids that are none), for its caller to report.
+
+What a mirror holds of a node is what its keys hold (``node:{id}`` and its TTL, ``held:{id}``), never what
+an entry says: a node agent may add to the stream, so an entry is a reason to read the node it names again,
+and no more. An entry that would change nothing (a worker's own commit read back) names nothing. A
+refresh's TTL is the one thing taken from an entry, as a hint of when to look again (``note``)."""
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Any
 
-from worker.pool import Snapshot
+from worker.changes import ChangeKind, PoolChange
+from worker.errors import BadRecord
+from worker.keys import Keys
+from worker.pool import Held, ParsedNode, Snapshot, parse_cache, read_holds
 
 NEVER = 1 << 62
 """When a node with no TTL lapses (a record written by hand): never."""
 LAPSE_HEAP_SLACK = 10_000
 """Lapses to check kept past two a node before they are made one a node again: legitimately a few per
 node (its last read, its batches' refreshes), all due within a TTL."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """A stored value the mirror could not read, and what was done about it, for the caller to report."""
+
+    bad: BadRecord
+    action: str
+
+
+@dataclass(slots=True)
+class Named:
+    """The nodes a batch of entries names, to read again: their heartbeats, their holds."""
+
+    nodes: set[str] = field(default_factory=set)
+    holds: set[str] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.nodes or self.holds)
+
+
+@dataclass(frozen=True, slots=True)
+class NodesRead:
+    """Nodes read again, by the server's clock at ``server_ms``: each node's stored heartbeat (None: none)
+    with its TTL in ms (``PTTL``: -1 none, -2 gone), and each node's holds as ``HGETALL`` gives them."""
+
+    server_ms: int
+    nodes: dict[str, tuple[bytes | None, int]] = field(default_factory=dict)
+    holds: dict[str, dict[Any, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WholeRead:
+    """The whole pool as read at ``server_ms``: where ``pool:changes`` stood just before (``last_id``), the
+    pool's epoch, every node's heartbeat and TTL, the holds on each node that has any, and the ids in the
+    indexes that were none (already ``Unread``)."""
+
+    last_id: str
+    server_ms: int
+    epoch: str
+    nodes: dict[str, tuple[bytes | None, int]]
+    holds: dict[str, dict[Any, Any]]
+    unread: list[Unread] = field(default_factory=list)
 
 
 def stream_id(value: str) -> tuple[int, int]:
@@ -24,10 +81,12 @@ def stream_id(value: str) -> tuple[int, int]:
 
 class Mirror:
     """A worker's pool in memory: the pool as plans see it (``pool``), how far it has read ``pool:changes``
-    (``last_id``), and when each node's heartbeat lapses, by the Redis server's clock. ``worker.store``
-    reads Redis and feeds it; this only keeps it."""
+    (``last_id``), and when each node's heartbeat lapses, by the Redis server's clock. Fed by its owner
+    (``worker.mirrored``) with what the store read; keeps it, and reads nothing itself."""
 
-    def __init__(self, last_id: str, server_ms: int) -> None:
+    def __init__(self, last_id: str, server_ms: int = 0, keys: Keys | None = None) -> None:
+        self.keys = keys or Keys()
+        """The keys the pool was read from: named in what the mirror could not read."""
         self.last_id = last_id
         self.read_at = 0.0
         """When it was last brought up to date (this process's monotonic clock)."""
@@ -40,9 +99,87 @@ class Mirror:
         moved. A node is in one at its latest lapse, and perhaps in earlier ones, passed over when due."""
         self._order = 0
 
+    @staticmethod
+    def whole(read: WholeRead, keys: Keys) -> tuple[Mirror, list[Unread]]:
+        """A mirror of the whole pool as ``read``, and what of it could not be read."""
+        mirror = Mirror(read.last_id, read.server_ms, keys)
+        unread = list(read.unread)
+        parsed: dict[str, ParsedNode] = {}
+        raws = []
+        for node_id, (raw, ttl) in read.nodes.items():
+            raws.append(raw)
+            if not raw:
+                continue
+            try:
+                parsed[node_id] = parse_cache.node(raw, keys.node(node_id))
+            except BadRecord as e:
+                unread.append(Unread(e, "left out of the pool"))
+                continue
+            mirror.expires(node_id, read.server_ms + max(ttl, 0) if ttl != -1 else NEVER)
+        held = {n: mirror._holds(n, raw, unread) for n, raw in read.holds.items()}
+        parse_cache.trim(raws)
+        records = {i: p.record for i, p in parsed.items()}
+        mirror.pool = Snapshot(read.epoch, records, held, parsed)
+        return mirror, unread
+
+    def note(self, changes: Iterable[PoolChange]) -> Named:
+        """Note entries of ``pool:changes`` past ``last_id``, in order: what reading again could change in
+        the mirror. A refresh moves its nodes' lapses now, taken from the entry as it comes, for a read per
+        refresh is the cost of every heartbeat: a refresh forged short only has the node read again when it
+        is due (``due``), one forged long keeps it in the mirror past its lapse, where a commit on it is
+        refused as ``silent`` and the worker reads it again, as the sweep's entry for it does once it drops
+        the node. A node the mirror does not hold (its record did not parse) stays out until a heartbeat
+        changes it."""
+        named = Named()
+        pool = self.pool
+        for change in changes:
+            self.last_id = change.entry_id
+            kind = change.kind
+            if kind is ChangeKind.REFRESHES:
+                if change.lapses_at_ms is not None:
+                    self.refreshed(change.refreshed, change.lapses_at_ms)
+            elif kind is ChangeKind.HEARTBEAT:
+                named.nodes.add(change.node_id)
+            elif kind is ChangeKind.GONE:
+                if change.node_id in pool.records:
+                    named.nodes.add(change.node_id)
+            elif kind is ChangeKind.HOLD:
+                said = parse_cache.hold(change.hold) if change.hold else None
+                # the same as the mirror holds (this worker's own commit, read back): nothing to read again
+                if pool.held.get(change.node_id, {}).get(change.hold_id) != said:
+                    named.holds.add(change.node_id)
+        return named
+
+    def put(self, read: NodesRead) -> list[Unread]:
+        """Put what was read again: each node as its key holds it (out of the pool when it has none that
+        parses), each node's holds as its ``held:{id}`` holds them. What could not be read."""
+        unread: list[Unread] = []
+        pool = self.pool
+        for node_id, (raw, ttl) in read.nodes.items():
+            # read apart, the key may lapse between its GET and its PTTL (-2): it is gone
+            parsed = None
+            if raw is not None and ttl != -2:
+                try:
+                    parsed = parse_cache.node(raw, self.keys.node(node_id), keep=False)
+                except BadRecord as e:
+                    unread.append(Unread(e, "left out of the pool"))
+            if parsed is None:
+                self.drop(node_id)
+                continue
+            pool.put_node(node_id, parsed)
+            self.expires(node_id, read.server_ms + ttl if ttl >= 0 else NEVER)
+        for node_id, raw_holds in read.holds.items():
+            pool.put_holds(node_id, self._holds(node_id, raw_holds, unread))
+        return unread
+
+    def _holds(self, node_id: str, raw: dict[Any, Any], unread: list[Unread]) -> dict[str, Held]:
+        holds, bad = read_holds(self.keys.held(node_id), raw)
+        unread += (Unread(b, "its node's cards kept taken") for b in bad)
+        return holds
+
     def copy(self) -> Mirror:
         """A mirror of its own, to bring up to date apart from this one."""
-        other = Mirror(self.last_id, 0)
+        other = Mirror(self.last_id, 0, self.keys)
         other.read_at = self.read_at
         other.pool = self.pool.copy()
         other._lapses = dict(self._lapses)

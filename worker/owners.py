@@ -21,11 +21,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-import redis
-
-from worker import constants as C
 from worker.config import CLIENT_REPLICAS_ENV, MAX_REPLICAS_ENV, client_replicas, max_replicas
-from worker.errors import BadRecord, Contended, JobNotFound, JobTaken, NotOwner, OverQuota
+from worker.errors import BadRecord, JobTaken, NotOwner, OverQuota
 from worker.jobtext import read_job
 from worker.records import JobRecord
 from worker.scripts import text
@@ -86,7 +83,8 @@ Admit = Callable[[Any], None]
 
 
 class Owned:
-    """One client's count of replicas, read and written inside a ``WATCH`` transaction of its caller."""
+    """One client's count of replicas, read and written inside a ``WATCH`` transaction of its caller
+    (``operations.submit``, ``operations.reserve``)."""
 
     def __init__(self, store: Store, client_id: str, limit: int) -> None:
         self.store, self.client_id, self.limit = store, client_id, limit
@@ -133,31 +131,6 @@ class Owned:
                 continue
             out.append(None if rec.state.final else rec)
         return out
-
-    def reserve(self, job_id: str, replicas: int, bound: Callable[[], None] | None = None) -> None:
-        """Count ``replicas`` for ``job_id`` before it is scaled: ``NotOwner`` if the job is not this
-        client's, then whatever ``bound`` raises (a bound on one job), then ``OverQuota`` if past the
-        client's limit; nothing is counted when it raises. A job's owner never changes, so its record is
-        read unwatched."""
-        rec = self.store.job(job_id)
-        if rec is None:
-            raise JobNotFound(job_id)
-        check(rec, self.client_id)
-        if bound is not None:
-            bound()
-        r = self.store.redis
-        for _ in range(C.PLAN_ATTEMPTS):
-            with r.pipeline(transaction=True) as pipe:
-                try:
-                    pipe.watch(self.key)  # type: ignore[no-untyped-call]
-                    write = self.admit(pipe, job_id, replicas)
-                    pipe.multi()
-                    write(pipe)
-                    pipe.execute()
-                    return
-                except redis.WatchError:
-                    continue
-        raise Contended(job_id)
 
     def settle(self, job_id: str) -> None:
         """Count what ``job_id`` wants now that its scale is done (or refused): its record's ``wanted``."""

@@ -1,7 +1,8 @@
-"""Planning jobs: claim, plan with the planner, commit in one step, and the moves around that (wake-up
-passes, nominations, lost nodes, release, cancel, scale). Each function reads, calls the planner, and
-commits through ``Store.transition``; a commit that loses a race is planned again or left to whoever won
-it."""
+"""Planning a job: claim it, plan it with the planner on the worker's mirror of the pool, turn the plan into
+the next record (``change_for``) and commit it in one step (``commit``, ``commit_all``); a commit that
+loses a race is planned again or left to whoever won it. The wake-up pass is ``worker.waking``'s; moves
+the worker makes from outside a plan (lost nodes, lapsed leases) are ``worker.moves``'; what a caller
+asks (release, cancel, scale) is ``worker.operations``'."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from planner.decide import Hold, JobPlan, Outcome, ReplicaPlan, Running, Wait, plan_job
+from planner.decide import Hold, JobPlan, ReplicaPlan, Running, Wait, plan_job
+from planner.decide import Outcome as PlanOutcome
 from worker import calls as calls_
 from worker import constants as C
 from worker import logs, metrics
@@ -20,6 +22,7 @@ from worker.classes import class_of, waits_on
 from worker.config import estimate
 from worker.errors import BadRecord
 from worker.keys import hold_id, nomination_id
+from worker.mirrored import MirroredStore
 from worker.pool import HoldSpec, Snapshot, Staged
 from worker.records import (
     JobRecord,
@@ -30,8 +33,7 @@ from worker.records import (
     WaitRecord,
     utcnow,
 )
-from worker.store import Outcome as Answer
-from worker.store import Store, now_ms
+from worker.store import Outcome
 
 log = logs.get_logger("modelplan.worker")
 
@@ -45,7 +47,7 @@ def waiting_score(rec: JobRecord) -> float:
     return float((C.PRIORITY_MAX - rec.request.priority) * (1 << 40) + rec.seq)
 
 
-def claim(store: Store, job_id: str, worker: str) -> JobRecord | None:
+def claim(store: MirroredStore, job_id: str, worker: str) -> JobRecord | None:
     """Take a queued job (or one whose planner's lease ran out) into ``planning`` for ``worker``; None
     when there is nothing to do: another worker has it, or it was planned already. The pool is brought up
     to date in the same round trip."""
@@ -70,7 +72,7 @@ def claim(store: Store, job_id: str, worker: str) -> JobRecord | None:
             log.info("job_already_handled", job_id=job_id, state=rec.state.value)
             return None
         until = now + timedelta(milliseconds=C.LEASE_MS)
-        new = rec.advance(JobState.PLANNING, worker=worker, lease_until=until)
+        new = rec.advance(JobState.PLANNING, at=now, worker=worker, lease_until=until)
         out = store.transition(rec, new, reason=f"planning on {worker}", score=until.timestamp() * 1000)
         if out.ok:
             return new
@@ -79,7 +81,7 @@ def claim(store: Store, job_id: str, worker: str) -> JobRecord | None:
     return None
 
 
-def readable_job(store: Store, job_id: str, *, with_pool: bool = False) -> JobRecord | None:
+def readable_job(store: MirroredStore, job_id: str, *, with_pool: bool = False) -> JobRecord | None:
     """A job's record for a worker to act on; None when there is none or it does not parse (then it is
     marked failed, or left alone and reported when a newer modelplan wrote it). ``with_pool``: the pool
     is brought up to date in the same round trip, for a plan about to be made."""
@@ -90,7 +92,7 @@ def readable_job(store: Store, job_id: str, *, with_pool: bool = False) -> JobRe
         return None
 
 
-def plan_queued(store: Store, job_id: str, worker: str) -> JobRecord | None:
+def plan_queued(store: MirroredStore, job_id: str, worker: str) -> JobRecord | None:
     """The planning job: claim, plan, commit."""
     rec = claim(store, job_id, worker)
     if rec is None:
@@ -149,9 +151,15 @@ class Change:
 
 
 def change_for(
-    rec: JobRecord, plan: JobPlan, nomination: tuple[Hold, ...] | None = None, *, lapsed: bool = False
+    rec: JobRecord,
+    plan: JobPlan,
+    nomination: tuple[Hold, ...] | None = None,
+    *,
+    now: datetime,
+    lapsed: bool = False,
 ) -> Change:
-    """The record and holds that ``plan`` makes of ``rec``. ``nomination``: the holds to keep for it
+    """The record and holds that ``plan`` makes of ``rec``, at ``now`` (the caller's clock: the record's
+    time, its nomination's end, its score when it is not waiting). ``nomination``: the holds to keep for it
     (None keeps none); ``lapsed``: its hold is let go for sitting idle past its time."""
     version = rec.version + 1
     old_class = class_of(rec)
@@ -189,7 +197,7 @@ def change_for(
             for h in nomination
         )
         grew = old_nom is None or nominated_cards(old_nom.holds) != nominated_cards(holds)
-        until = utcnow() + timedelta(seconds=C.NOMINATION_S) if grew or old_nom is None else old_nom.until
+        until = now + timedelta(seconds=C.NOMINATION_S) if grew or old_nom is None else old_nom.until
         new_nomination = Nomination(holds=holds, wanted=plan.target.gpus_per_node, until=until)
         place += [HoldSpec(h.node_id, h.hold_id, h.gpus, 0.0, nominated=True) for h in holds]
 
@@ -203,6 +211,7 @@ def change_for(
         reason += f"; holding cards on {nodes} for it until {new_nomination.until.isoformat(timespec='seconds')}"
     new = rec.advance(
         state,
+        at=now,
         option=plan.target,
         replicas=tuple(replicas),
         wanted=len(replicas) or rec.wanted,
@@ -213,10 +222,10 @@ def change_for(
         worker=None,
         lease_until=None,
         ever_fit=rec.ever_fit or plan.target is not None,
-        hold_lapsed_at=utcnow() if lapsed else rec.hold_lapsed_at,
+        hold_lapsed_at=now if lapsed else rec.hold_lapsed_at,
     )
     pending = (waits_on(new, plan.alternatives), waiting_score(new)) if new.pending else None
-    score = waiting_score(new) if state is JobState.WAITING else now_ms()
+    score = waiting_score(new) if state is JobState.WAITING else int(now.timestamp() * 1000)
     return Change(new, tuple(place), tuple(clear), score, pending)
 
 
@@ -224,7 +233,7 @@ def nominated_cards(holds: Sequence[Reservation]) -> dict[str, int]:
     return {h.node_id: h.gpus for h in holds}
 
 
-def commit(store: Store, rec: JobRecord, change: Change, snap: Snapshot) -> tuple[str, JobRecord | None]:
+def commit(store: MirroredStore, rec: JobRecord, change: Change, snap: Snapshot) -> tuple[str, JobRecord | None]:
     """Commit a change: ``("ok", new)``, or the script's code and None."""
     new = change.new
     started = time.perf_counter()
@@ -243,7 +252,7 @@ def commit(store: Store, rec: JobRecord, change: Change, snap: Snapshot) -> tupl
 
 
 def commit_all(
-    store: Store, changes: Sequence[tuple[JobRecord, Change, Staged]], snap: Snapshot
+    store: MirroredStore, changes: Sequence[tuple[JobRecord, Change, Staged]], snap: Snapshot
 ) -> list[tuple[str, JobRecord | None]]:
     """``commit`` for several jobs' changes in one round trip, each committed or refused on its own. Each
     was staged in ``snap`` as it was planned (``Snapshot.stage``), so that the plans after it counted it;
@@ -278,7 +287,7 @@ def commit_all(
     return done
 
 
-def _committed(store: Store, change: Change, out: Answer, snap: Snapshot) -> tuple[str, JobRecord | None]:
+def _committed(store: MirroredStore, change: Change, out: Outcome, snap: Snapshot) -> tuple[str, JobRecord | None]:
     """What a commit's answer means: ``("ok", new)``, counted in ``snap`` and logged; or the script's code
     and None."""
     new = change.new
@@ -300,7 +309,7 @@ def _committed(store: Store, change: Change, out: Answer, snap: Snapshot) -> tup
     return "ok", new
 
 
-def settle(store: Store, rec: JobRecord) -> JobRecord | None:
+def settle(store: MirroredStore, rec: JobRecord) -> JobRecord | None:
     """Plan a job this worker holds until a commit holds: on a card taken since the snapshot, plan again
     (up to ``PLAN_ATTEMPTS``); the last time, what could not be placed waits."""
     for attempt in range(1, C.PLAN_ATTEMPTS + 1):
@@ -315,7 +324,7 @@ def settle(store: Store, rec: JobRecord) -> JobRecord | None:
             plan = plan_for(rec, snap)
         if attempt == C.PLAN_ATTEMPTS:
             plan = _without_new_holds(plan)
-        code, new = commit(store, rec, change_for(rec, plan), snap)
+        code, new = commit(store, rec, change_for(rec, plan, now=utcnow()), snap)
         if new is not None:
             return new
         if code in ("stale", "gone"):
@@ -345,7 +354,7 @@ def _without_new_holds(plan: JobPlan) -> JobPlan:
         else r
         for r in plan.replicas
     )
-    outcome: Outcome = "placed" if replicas and all(r.holds for r in replicas) else "waiting"
+    outcome: PlanOutcome = "placed" if replicas and all(r.holds for r in replicas) else "waiting"
     return replace(
         plan,
         replicas=replicas,

@@ -1,6 +1,11 @@
 """The pool as plans see it, in memory: each live node as its agent reports it, the holds on it, and what
-a plan may count as free. Pure: ``worker.store`` reads it from Redis and writes commits; this module only
-holds and adjusts what was read.
+a plan may count as free. Pure: the store reads Redis and a worker's mirror (``worker.mirror``) feeds what
+it read in here; this module only holds and adjusts it.
+
+The pool has four types, each for one thing: ``planner.index.PoolIndex``, nodes indexed by what a plan
+asks of them; ``planner.view.PoolView``, an index with a few nodes seen otherwise, which is what the
+planner reads; ``Snapshot`` (here), the nodes with their holds, which keeps the index and gives each job
+its view; ``worker.mirror.Mirror``, a snapshot kept up to date from the change stream.
 """
 
 from __future__ import annotations
@@ -8,13 +13,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from planner import PoolNode
 from planner.index import PoolIndex
 from planner.view import PoolView
 from worker import constants as C
 from worker.errors import BadRecord
-from worker.keys import Keys, job_of_hold
+from worker.keys import HOLD_PATTERN, Keys, job_of_hold
 from worker.records import NodeRecord, read_record
 
 
@@ -52,6 +58,23 @@ class Held:
 
 UNREADABLE = Held(gpus=1 << 20, host_gb=float(1 << 40), boot_id="", unreadable="hold does not parse")
 """A hold that cannot be read: more cards and memory than any node has, so none of its node counts free."""
+
+
+def read_holds(key: str, raw: dict[Any, Any]) -> tuple[dict[str, Held], list[BadRecord]]:
+    """A node's holds by id, as ``HGETALL`` of its ``held:{id}`` (``key``) gives them, and the ones that
+    could not be read. One that does not parse, or whose id is not a hold id, is kept as ``UNREADABLE``:
+    none of the node's cards count as free while it is there."""
+    out: dict[str, Held] = {}
+    bad: list[BadRecord] = []
+    for name, value in raw.items():
+        hid = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+        held = parse_cache.hold(value)
+        if not HOLD_PATTERN.fullmatch(hid):
+            held = replace(UNREADABLE, unreadable="not a hold id")
+        if held.unreadable:
+            bad.append(BadRecord(key, held.unreadable, bytes(value), member=hid))
+        out[hid] = held
+    return out, bad
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +189,9 @@ parse_cache = ParseCache()
 
 
 class Snapshot:
-    """The pool as plans see it: each live node, and what is free on it.
+    """The pool as plans see it: each live node, and what is free on it. For: handing each plan its view of
+    the pool (``nodes_for``), counting a commit in it as soon as it is made (``apply``, ``stage``), and
+    being copied to plan on as if something had happened (``copy``).
 
     Free is what the agent reports less what placed jobs hold there that the agent does not show yet
     (holds not in its ``started``), and less the cards nominated for a waiting job: a card is never
@@ -215,9 +240,9 @@ class Snapshot:
         pool = self._index()
         mine = self._nominated.get(job_id or "")
         if not mine:
-            return pool.view()
+            return PoolView(pool)
         nodes = {node_id for node_id, _ in mine} & self._reported.keys()
-        return pool.view(self._pool_node(node_id, job_id) for node_id in nodes)
+        return PoolView(pool, (self._pool_node(node_id, job_id) for node_id in nodes))
 
     def held_for_others(self, job_id: str) -> dict[str, int]:
         """Cards nominated on each node for jobs other than ``job_id``."""
@@ -301,7 +326,7 @@ class Snapshot:
         for node_id, hid, held in reversed(before):
             self.set_hold(node_id, hid, held)
 
-    # --- kept up to date from the pool's change stream (``worker.store``'s mirror) --------------------------
+    # --- kept up to date from the pool's change stream (``worker.mirror``) ----------------------------------
 
     def copy(self) -> Snapshot:
         """A snapshot of its own, to plan on as if something had happened that has not yet."""

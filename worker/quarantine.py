@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -47,8 +48,8 @@ def digest(raw: bytes | str) -> str:
     return hashlib.sha256(raw.encode() if isinstance(raw, str) else raw).hexdigest()[:16]
 
 
-def entry(bad: BadRecord, action: str) -> str:
-    """The ``quarantine`` hash's value for ``bad``."""
+def entry(bad: BadRecord, action: str, at: datetime) -> str:
+    """The ``quarantine`` hash's value for ``bad``, found at ``at``."""
     return json.dumps(
         {
             "key": bad.container,
@@ -56,7 +57,7 @@ def entry(bad: BadRecord, action: str) -> str:
             "digest": digest(bad.raw),
             "what": bad.what,
             "action": action,
-            "at": utcnow().isoformat(timespec="seconds"),
+            "at": at.isoformat(timespec="seconds"),
         }
     )
 
@@ -87,7 +88,7 @@ def report(client: redis.Redis, keys: Keys, bad: BadRecord, action: str) -> None
         prev = client.hget(keys.quarantine, bad.key)
         known = prev is not None and json.loads(prev).get("digest") == seen[2]
         if not known:
-            client.hset(keys.quarantine, bad.key, entry(bad, action))
+            client.hset(keys.quarantine, bad.key, entry(bad, action, utcnow()))
     except (redis.ResponseError, ValueError, AttributeError):  # a read-only login, or a mangled entry
         known = False
     if known:

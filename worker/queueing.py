@@ -5,7 +5,8 @@ RQ's stock worker imports and calls whatever function a queued job names, and RQ
 hash anyone who can write the queue's keys can write. Here a job is vetted before anything is imported or
 called: it must name one of ``TASKS``, carry exactly that function's arguments, of their kinds, with the
 worker's own prefix first, and no callbacks. The function is then taken from ``worker.jobs`` by its own
-name, never imported from the name the job gives.
+name, never imported from the name the job gives: the worker that runs them hands that module to the
+queue's job class (``job_class``); a queue made only to enqueue runs nothing.
 
 The queue's key and its jobs' keys carry the prefix (``Keys.rq_queue``, ``Keys.rq_job``): a client whose
 Redis login is limited to ``{prefix}:*`` can queue work for its own workers and reach no one else's.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from types import ModuleType
 from typing import Any
 
 import redis
@@ -106,6 +108,9 @@ class PlanningJob(Job):
     modelplan's own after ``vet``; its callbacks are never loaded."""
 
     prefix = ""
+    functions: ModuleType | None = None
+    """The module the job functions are taken from (``worker.jobs``), given by the worker that runs them
+    (``job_class``); None on a queue that only enqueues, whose jobs are never run."""
     unreadable = ""
     """Why the job's hash could not be read, if it could not: ``vet`` then refuses it. A worker that
     raised instead would stop on the first such hash."""
@@ -147,10 +152,10 @@ class PlanningJob(Job):
 
     @property
     def func(self) -> Callable[..., Any]:
-        from worker import jobs  # the job functions; imported here, where a job is about to run
-
         name, _ = vet(self, self.prefix)
-        fn: Callable[..., Any] = getattr(jobs, name.rsplit(".", 1)[1])
+        if self.functions is None:
+            raise Refused(self.id, name, "on a queue that only enqueues: it runs nothing")
+        fn: Callable[..., Any] = getattr(self.functions, name.rsplit(".", 1)[1])
         return fn
 
     @property
@@ -167,16 +172,17 @@ class PlanningJob(Job):
 
 
 @cache
-def job_class(prefix: str) -> type[PlanningJob]:
+def job_class(prefix: str, functions: ModuleType | None = None) -> type[PlanningJob]:
+    """The job class of ``prefix``'s planning queue; ``functions``: the module its jobs' functions are
+    taken from, for a worker that runs them (``worker.jobs``)."""
     keys = Keys(prefix)
-    return type(
-        "PlanningJob", (PlanningJob,), {"prefix": keys.prefix, "redis_job_namespace_prefix": keys.rq_job_namespace}
-    )
+    attrs = {"prefix": keys.prefix, "redis_job_namespace_prefix": keys.rq_job_namespace, "functions": functions}
+    return type("PlanningJob", (PlanningJob,), attrs)
 
 
 @cache
-def queue_class(prefix: str) -> type[Queue]:
-    """A Queue whose key, set of queues and jobs lie under ``prefix``."""
+def queue_class(prefix: str, functions: ModuleType | None = None) -> type[Queue]:
+    """A Queue whose key, set of queues and jobs lie under ``prefix`` (``functions``: as for ``job_class``)."""
     keys = Keys(prefix)
     return type(
         "PlanningQueue",
@@ -184,11 +190,12 @@ def queue_class(prefix: str) -> type[Queue]:
         {
             "redis_queue_namespace_prefix": keys.rq_queue_namespace,
             "redis_queues_keys": keys.rq_queues,
-            "job_class": job_class(prefix),
+            "job_class": job_class(prefix, functions),
         },
     )
 
 
-def planning_queue(client: redis.Redis, keys: Keys) -> Queue:
-    """The planning queue under ``keys``' prefix, with RQ's JSON serializer (no pickle crosses Redis)."""
-    return queue_class(keys.prefix)(keys.queue_name, connection=client, serializer=JSONSerializer)
+def planning_queue(client: redis.Redis, keys: Keys, functions: ModuleType | None = None) -> Queue:
+    """The planning queue under ``keys``' prefix, with RQ's JSON serializer (no pickle crosses Redis).
+    ``functions``: the module of the job functions, for a worker that runs its jobs (``worker.jobs``)."""
+    return queue_class(keys.prefix, functions)(keys.queue_name, connection=client, serializer=JSONSerializer)

@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from planner import Artifact, Estimate, InvalidInput, Option, Shape, check_context
-from planner.pool import ID_PATTERN, NodeReport, invalid_from
+from planner.pool import ID_REGEX, NodeReport, invalid_from
 from worker.constants import PRIORITY_MAX
 from worker.errors import BadRecord
 from worker.keys import HOLD_PATTERN
@@ -81,7 +81,7 @@ class Heartbeat(NodeReport):
     report already counts as in use, so that they are not subtracted from what is free a second time.
     """
 
-    boot_id: str = Field(pattern=ID_PATTERN)
+    boot_id: str = Field(pattern=ID_REGEX)
     started: tuple[str, ...] = Field(default=(), max_length=MAX_STARTED)
     seq: int = Field(ge=0, le=SEQ_MAX)
     """Last of the report's fields, so that a stored record is what a plan reads, then the seq, then when
@@ -307,7 +307,7 @@ class JobRecord(BaseModel):
     ever_fit: bool = False
     """Whether any plan ever found an option: a job that once could run waits, rather than fails, when its
     hardware leaves the pool."""
-    owner: str | None = Field(default=None, pattern=ID_PATTERN)
+    owner: str | None = Field(default=None, pattern=ID_REGEX)
     """The client whose own request stream carried the submit; none for the shared stream and direct calls.
     Only the owner may release, cancel or scale the job through a request stream."""
 
@@ -342,16 +342,18 @@ class JobRecord(BaseModel):
         text = f"placed {running} of {self.wanted}"
         return text + (f", {fallback} on a fallback" if fallback else "")
 
-    def to_json(self) -> str:
+    def to_stored(self) -> str:
+        """The record's JSON text, as stored in ``job:{id}``."""
         return self.model_dump_json()
 
     @classmethod
-    def from_json(cls, raw: str | bytes) -> JobRecord:
+    def from_stored(cls, raw: str | bytes) -> JobRecord:
+        """A record from its stored JSON text (``read_job`` reports one that does not parse)."""
         return cls.model_validate_json(raw)
 
-    def advance(self, state: JobState, **changes: Any) -> JobRecord:
-        """The next version of this record, in ``state``."""
-        changes.update(state=state, version=self.version + 1, updated_at=utcnow())
+    def advance(self, state: JobState, *, at: datetime, **changes: Any) -> JobRecord:
+        """The next version of this record, in ``state``, made at ``at`` (the caller's clock)."""
+        changes.update(state=state, version=self.version + 1, updated_at=at)
         return self.model_copy(update=changes)
 
 

@@ -23,9 +23,9 @@ Submits and scales are bounded by the worker's quotas (``MODELPLAN_MAX_REPLICAS`
 ``MODELPLAN_CLIENT_REPLICAS`` a client's live jobs).
 
 Workers read every stream as the consumer group ``workers`` (``worker.streams``) and carry each entry
-out through the Python client (``producer.Client``): one record and one queue entry, and the same job id
-twice is one job. Then they acknowledge it and delete it. The reason a refusal is answered with is the
-line the CLI prints for the same refusal. A refused entry stores nothing else.
+out through ``worker.operations``, as the Python client carries out its calls: one record and one queue
+entry, and the same job id twice is one job. Then they acknowledge it and delete it. The reason a refusal
+is answered with is the line the CLI prints for the same refusal. A refused entry stores nothing else.
 
 An entry a worker took and never acknowledged (it died) is taken by another after
 ``REQUEST_CLAIM_IDLE_MS``; one handed out ``REQUEST_MAX_DELIVERIES`` times is answered as refused. Entries
@@ -47,10 +47,11 @@ from worker import constants as C
 from worker import logs, retry
 from worker.errors import NotReplicated, RedisForbidden, RedisUnavailable, WrongState
 from worker.keys import Keys, check_id
+from worker.mirrored import MirroredStore
+from worker.operations import Operations
 from worker.owners import Owned, Quotas
 from worker.records import JobRecord, JobState, ServeRequest, parse_request
 from worker.scripts import text
-from worker.store import Store
 from worker.streams import Source, Streams
 
 log = logs.get_logger("modelplan.requests")
@@ -149,17 +150,15 @@ def default_job_id(entry_id: str, client_id: str | None = None) -> str:
 
 
 class Consumer:
-    """One worker's reader of the request streams, carrying each entry out through ``producer.Client``.
+    """One worker's reader of the request streams, carrying each entry out through ``worker.operations``.
 
-    The worker runs the client's own code (not a copy of it) so that an entry and a call of the Python
-    client make the same record, the same queue entry and the same refusals."""
+    The Python client (``producer.Client``) carries out its calls through the same operations, so that an
+    entry and a call make the same record, the same queue entry and the same refusals."""
 
-    def __init__(self, store: Store, name: str, quotas: Quotas | None = None) -> None:
-        from producer.client import Client  # the client imports the worker's modules; this is its caller
-
+    def __init__(self, store: MirroredStore, name: str, quotas: Quotas | None = None) -> None:
         self.store, self.keys, self.redis = store, store.keys, store.redis
         self.name = name
-        self.client = Client(store.redis, store.keys.prefix)
+        self.operations = Operations(store)
         self.quotas = quotas or Quotas.from_env()
         self.streams = Streams(store.redis, store.keys, name)
 
@@ -246,7 +245,7 @@ class Consumer:
         self.streams.finish(source, entry_id)
 
     def _carry_out(self, entry: Entry, client_id: str | None) -> Answer:
-        c, job_id, q = self.client, entry.job_id, self.quotas
+        c, job_id, q = self.operations, entry.job_id, self.quotas
         assert job_id is not None
         owned = Owned(self.store, client_id, q.client_replicas) if client_id is not None else None
         try:
@@ -275,13 +274,10 @@ class Consumer:
         entries carried out at once cannot both pass, and settled on what the record says after."""
         if owned is None:
             self.quotas.check_job(job_id, replicas)
-            return self.client.scale(job_id, replicas, as_client=client_id)
+            return self.operations.scale(job_id, replicas, as_client=client_id)
         # another client's job is refused as that before any bound is named
-        owned.reserve(job_id, replicas, bound=lambda: self.quotas.check_job(job_id, replicas))
-        try:
-            return self.client.scale(job_id, replicas, as_client=client_id)
-        finally:
-            owned.settle(job_id)
+        bound = lambda: self.quotas.check_job(job_id, replicas)  # noqa: E731
+        return self.operations.scale(job_id, replicas, as_client=client_id, owned=owned, bound=bound)
 
     def _reply_to(self, source: Source, raw: dict[Any, Any]) -> str | None:
         """Where an entry's answer goes: a client's own replies stream, whatever the entry says; on the
@@ -330,7 +326,7 @@ def serve(url: str, keys: Keys, name: str, stop: Any) -> None:
     tried again after ``OUTAGE_RETRY_S``, a pause that doubles while it keeps failing (``retry.Backoff``)."""
     from worker.config import connect
 
-    consumer = Consumer(Store(connect(url), keys), name)
+    consumer = Consumer(MirroredStore(connect(url), keys), name)
     backoff = retry.Backoff(C.OUTAGE_RETRY_S)
     trouble = ""
     error: Exception

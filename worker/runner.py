@@ -33,9 +33,9 @@ from worker.config import client_replicas, connect, estimate, max_replicas, reda
 from worker.errors import RedisUnavailable, Refused
 from worker.keys import Keys
 from worker.maintenance import SweepState, sweep
+from worker.mirrored import MirroredStore
 from worker.queueing import PlanningJob, planning_queue, vet
 from worker.requests import Consumer
-from worker.store import Store
 
 log = logs.get_logger("modelplan.worker")
 
@@ -130,10 +130,10 @@ class PlanningWorker(SimpleWorker):
         job.ended_at = job.last_heartbeat = rq_now()
 
 
-def planning_worker(store: Store, cls: type[PlanningWorker] = PlanningWorker, **kw: Any) -> PlanningWorker:
+def planning_worker(store: MirroredStore, cls: type[PlanningWorker] = PlanningWorker, **kw: Any) -> PlanningWorker:
     """A worker on ``store``'s planning queue, with its queue and job classes (and so its keys)."""
     client = jobs.loop_client(store.redis, store.keys.prefix)
-    queue = planning_queue(client, store.keys)
+    queue = planning_queue(client, store.keys, jobs)
     classes: dict[str, Any] = {"queue_class": type(queue), "job_class": queue.job_class}
     try:
         worker = cls([queue], connection=client, serializer=JSONSerializer, **classes, **kw)
@@ -160,7 +160,7 @@ class InProcessWorker(PlanningWorker):
         return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
 
 
-def drain(store: Store) -> None:
+def drain(store: MirroredStore) -> None:
     """Run every planning job queued now and every wake-up pass signalled, in this process, as
     ``modelplan worker --burst`` does."""
     while True:
@@ -169,7 +169,7 @@ def drain(store: Store) -> None:
             return
 
 
-def run_passes(store: Store, name: str) -> bool:
+def run_passes(store: MirroredStore, name: str) -> bool:
     """Run the wake-up pass signalled now, if any (and any signalled while it ran): whether one ran."""
     ran = False
     while store.wait_for_pass(0):
@@ -178,7 +178,7 @@ def run_passes(store: Store, name: str) -> bool:
     return ran
 
 
-def _wake(store: Store, name: str, stop: threading.Event) -> None:
+def _wake(store: MirroredStore, name: str, stop: threading.Event) -> None:
     """The waker: take each signal on ``wake:signal`` as it comes and run the pass, until ``stop``. While
     none comes it keeps the pool mirror up to date (every ``WAKE_KEEP_UP_S``), and between passes keeps
     the collector off it (``freeze``). A try that fails is tried again after a pause that grows while
@@ -229,7 +229,7 @@ def worker_name() -> str:
 
 
 def _maintain(url: str, keys: Keys, stop: threading.Event) -> None:
-    store = Store(connect(url), keys)
+    store = MirroredStore(connect(url), keys)
     outage = retry.Outage("maintenance")
     backoff = retry.Backoff(C.MAINTENANCE_INTERVAL_S)
     state = SweepState()
@@ -296,7 +296,7 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
         log.info("worker_stopped", worker=name)
 
 
-def _work(store: Store, name: str, burst: bool, sleep: Callable[[float], None] = time.sleep) -> None:
+def _work(store: MirroredStore, name: str, burst: bool, sleep: Callable[[float], None] = time.sleep) -> None:
     """RQ's loop, started again when it gives up on its own: RQ quits on an error it does not handle, such
     as the master going away while it records a job's end in a failover, and a worker is to carry on by
     itself once Redis is back. It stops for good on a signal, or in burst mode. A loop that keeps giving

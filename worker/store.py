@@ -1,4 +1,5 @@
-"""modelplan's state in Redis: the pool snapshot, job records and their transitions, heartbeats.
+"""modelplan's state in Redis: job records and their transitions, heartbeats, the pool's reads. Redis I/O
+only: the pool a worker plans on is kept apart from it (``worker.mirror``, ``worker.mirrored``).
 
 Every change to a job goes through ``transition.lua`` against the version it was made from, so two
 workers can never both move one job, and a placement is written only if every node still has the room.
@@ -6,24 +7,26 @@ workers can never both move one job, and a placement is written only if every no
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import redis
 
 from worker import calls as calls_
 from worker import constants as C
-from worker import logs, poolread, quarantine
+from worker import logs, quarantine
 from worker.beats import Heartbeats
+from worker.changes import gone_fields
 from worker.errors import BadRecord, WrongType
 from worker.handoffs import Handoffs
 from worker.jobtext import read_job
-from worker.keys import HOLD_PATTERN, ID_PATTERN, Keys, job_of_hold
-from worker.mirror import Mirror
-from worker.pool import UNREADABLE, Held, HoldSpec, Snapshot, parse_cache
+from worker.keys import Keys
+from worker.mirror import Unread
+from worker.pool import Held, HoldSpec, parse_cache, read_holds
+from worker.poolread import PoolReads, ids_in
 from worker.queueing import planning_queue
 from worker.records import JobRecord, JobState, utcnow
 from worker.scripts import script, text
@@ -57,18 +60,24 @@ class Outcome:
         return self.code == "ok"
 
 
-class Store(Handoffs, Heartbeats):
-    """One Redis connection's view of modelplan's state under one prefix."""
+Also = Callable[[Any], None] | None
+"""Reads to send in the same round trip as a store's own (queued on its pipeline, after its commands): a
+worker's mirror asks for the pool's changes so (``worker.mirrored``). Their replies come back apart."""
+
+
+Woken = tuple[set[str], list[tuple[str, JobRecord | BadRecord | None]]]
+"""What ``take_wake`` takes: the classes freed, and the pending jobs to look at with their records."""
+
+
+class Store(PoolReads, Handoffs, Heartbeats):
+    """One Redis connection's view of modelplan's state under one prefix: reads and commits, Redis I/O
+    only. What it reads of the pool it hands back as values (``PoolReads``); it keeps no pool itself
+    (``worker.mirrored.MirroredStore`` keeps a worker's)."""
 
     def __init__(self, client: redis.Redis, keys: Keys | None = None) -> None:
         self.redis = client
         self.keys = keys or Keys()
         self.queue = planning_queue(client, self.keys)
-        self._mirror: Mirror | None = None
-        self.whole_reads = 0
-        """How many times this store has read the pool whole (its first read included)."""
-        self.lock = threading.RLock()
-        """Held while a job or a wake-up pass plans on this store's mirror: one at a time in a process."""
 
     # --- nodes ------------------------------------------------------------------------------------------
 
@@ -87,41 +96,6 @@ class Store(Handoffs, Heartbeats):
         except BadRecord as e:
             self.report_bad(e, "left out of the pool")
             return None
-
-    def recent_snapshot(self, max_age_s: float) -> Snapshot:
-        """The pool as this store last read it, if that was less than ``max_age_s`` ago (with this
-        process's own commits applied since), else as it is now."""
-        if self._mirror is None or time.monotonic() - self._mirror.read_at > max_age_s:
-            return self.snapshot()
-        return self._mirror.pool
-
-    def keep_warm(self, idle_s: float) -> None:
-        """Bring the mirror up to date if it was last read more than ``idle_s`` ago, or read it if it was
-        never read: a worker between jobs (or starting), so that the next job does not find it behind."""
-        if self._mirror is None or time.monotonic() - self._mirror.read_at > idle_s:
-            self.snapshot()
-
-    def snapshot(self) -> Snapshot:
-        """The pool as it is now: this store's mirror of it, brought up to date from ``pool:changes`` in one
-        round trip; the whole pool read afresh the first time, and whenever the mirror cannot catch up
-        (the stream trimmed past it, or lost with a Redis restart). A commit re-checks every node's room
-        in Lua, so a mirror a moment behind can make a commit fail and re-plan, never double-book."""
-        mirror = self._mirror
-        if mirror is None or not poolread.catch_up(self, mirror):
-            mirror = self._read_whole()
-        mirror.read_at = time.monotonic()
-        return mirror.pool
-
-    def _read_whole(self) -> Mirror:
-        first = self._mirror is None
-        started = time.perf_counter()
-        mirror = self._mirror = poolread.full_read(self)
-        mirror.pool.prepare()
-        self.whole_reads += 1
-        if first:
-            ms = round((time.perf_counter() - started) * 1000, 1)
-            log.info("pool_read_whole", reason="start", nodes=len(mirror.pool.records), ms=ms)
-        return mirror
 
     def silent_nodes(self) -> list[str]:
         """Nodes in the index whose heartbeat has lapsed: those whose last heartbeat lapses by now on the
@@ -147,44 +121,28 @@ class Store(Handoffs, Heartbeats):
                     return False
                 pipe.multi()
                 pipe.zrem(self.keys.nodes, node_id)
-                pipe.xadd(self.keys.pool_changes, {"n": node_id, "gone": "1"}, maxlen=C.POOL_CHANGES_MAXLEN)
+                pipe.xadd(self.keys.pool_changes, gone_fields(node_id), maxlen=C.POOL_CHANGES_MAXLEN)  # type: ignore[arg-type]
                 pipe.execute()
             except redis.WatchError:
                 return False
         return True
 
-    def reread_node(self, node_id: str) -> None:
-        """Read one node afresh into the mirror: a commit found the mirror wrong about it."""
-        if self._mirror is not None:
-            poolread.reread_node(self, self._mirror, node_id)
-
     def held_on(self, node_id: str) -> dict[str, Held]:
         return self.holds_of(node_id, self.redis.hgetall(self.keys.held(node_id)))
 
     def holds_of(self, node_id: str, raw: dict[Any, Any]) -> dict[str, Held]:
-        """A node's holds by id. One that does not parse, or whose id is not a hold id, is reported and
-        kept as ``UNREADABLE``: none of the node's cards count as free while it is there."""
-        out: dict[str, Held] = {}
-        for field, value in raw.items():
-            hid, held = text(field), parse_cache.hold(value)
-            if not HOLD_PATTERN.fullmatch(hid):
-                held = replace(UNREADABLE, unreadable="not a hold id")
-            if held.unreadable:
-                bad = BadRecord(self.keys.held(node_id), held.unreadable, bytes(value), member=hid)
-                self.report_bad(bad, "its node's cards kept taken")
-            out[hid] = held
-        return out
+        """A node's holds by id (``pool.read_holds``); one that cannot be read is reported."""
+        holds, bad = read_holds(self.keys.held(node_id), raw)
+        for b in bad:
+            self.report_bad(b, "its node's cards kept taken")
+        return holds
 
     def valid_ids(self, raw: Any, index: str, what: str, action: str) -> list[str]:
         """The members of an index that are ids; each one that is not is reported."""
-        out = []
-        for member in raw:
-            value = member.decode(errors="replace") if isinstance(member, bytes) else str(member)
-            if ID_PATTERN.fullmatch(value):
-                out.append(value)
-            else:
-                self.report_bad(BadRecord(index, f"not {what}", value.encode(), member=value), action)
-        return out
+        ids, bad = ids_in(raw, index, what)
+        for b in bad:
+            self.report_bad(b, action)
+        return ids
 
     # --- records that do not parse --------------------------------------------------------------------
 
@@ -192,15 +150,20 @@ class Store(Handoffs, Heartbeats):
         """Log a record that does not parse, and count it in ``quarantine``, once for its bytes."""
         quarantine.report(self.redis, self.keys, bad, action)
 
-    def fail_unreadable_job(self, job_id: str, bad: BadRecord) -> bool:
+    def report_unread(self, unread: Sequence[Unread]) -> None:
+        """``report_bad`` each value a mirror could not read, with what was done about it."""
+        for u in unread:
+            self.report_bad(u.bad, u.action)
+
+    def fail_unreadable_job(self, job_id: str, bad: BadRecord, holds: Sequence[tuple[str, str]]) -> bool:
         """Mark a job whose record does not parse as failed, keeping the record's bytes and freeing what it
-        held, unless the record changed since it was read; a record of a newer schema is only reported (a
-        newer worker may own it). True when the job was marked."""
+        held (``holds``: each ``(node, hold id)`` of its), unless the record changed since it was read; a
+        record of a newer schema is only reported (a newer worker may own it). True when the job was
+        marked."""
         if bad.newer:
             self.report_bad(bad, "left alone: a newer modelplan owns it")
             return False
         k = self.keys
-        holds = [(n, hid) for n, hs in self.snapshot().held.items() for hid in hs if job_of_hold(hid) == job_id]
         states = [s for s in JobState if s is not JobState.FAILED]
         keys = [k.job(job_id), k.job_events(job_id), k.events, k.jobs(JobState.FAILED)]
         keys += [k.jobs(s) for s in states]
@@ -208,15 +171,16 @@ class Store(Handoffs, Heartbeats):
         keys += [k.pool_changes, k.pending_classes]
         keys += [k.held(n) for n, _ in holds]
         reason = f"its record does not parse ({bad.what}); marked failed, the record kept as it was"
+        at = utcnow()
         args: list[Any] = [
             job_id,
             bad.raw,
             reason,
-            now_ms(),
+            int(at.timestamp() * 1000),
             C.FINISHED_TTL_S,
             C.EVENTS_MAXLEN,
             C.JOB_EVENTS_MAXLEN,
-            quarantine.entry(bad, "marked failed"),
+            quarantine.entry(bad, "marked failed", at),
             len(holds),
             C.POOL_CHANGES_MAXLEN,
         ]
@@ -240,62 +204,63 @@ class Store(Handoffs, Heartbeats):
         raw = self.redis.get(key)
         return read_job(raw, key) if raw is not None else None
 
-    def job_and_pool(self, job_id: str) -> JobRecord | None:
-        """``job(job_id)``, with the pool brought up to date (``snapshot()``) in the same round trip: what
-        a worker reads before it plans a job."""
+    def job_with(self, job_id: str, also: Also) -> tuple[JobRecord | None, list[Any]]:
+        """``job(job_id)``, with what ``also`` reads in the same round trip (its replies, read with
+        ``raise_on_error=False``)."""
         key = self.keys.job(job_id)
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.get(key)
-            if self._mirror is not None:
-                poolread.ask_changes(pipe, self, self._mirror)
+            if also is not None:
+                also(pipe)
             replies = pipe.execute(raise_on_error=False)
         raw = replies[0]
         if isinstance(raw, Exception):
             raise raw
-        mirror = self._mirror
-        if mirror is None or not poolread.apply_changes(self, mirror, replies[1:]):
-            mirror = self._read_whole()
-        mirror.read_at = time.monotonic()
-        return read_job(raw, key) if raw is not None else None
+        return (read_job(raw, key) if raw is not None else None), replies[1:]
 
-    def claim_and_pool(self, job_id: str, worker: str) -> tuple[bool, JobRecord] | None:
-        """Take a queued job into ``planning`` for ``worker`` under a lease (``claim.lua``), with the pool
-        brought up to date in the same round trip: what a worker does before it plans a job.
+    def read_with(self, also: Also) -> list[Any]:
+        """What ``also`` reads, alone in a round trip (read with ``raise_on_error=False``)."""
+        if also is None:
+            return []
+        with self.redis.pipeline(transaction=False) as pipe:
+            also(pipe)
+            return list(pipe.execute(raise_on_error=False))
+
+    def claim_with(
+        self, job_id: str, worker: str, now: datetime, also: Also = None
+    ) -> tuple[tuple[bool, JobRecord] | None, list[Any]]:
+        """Take a queued job into ``planning`` for ``worker`` under a lease from ``now`` (``claim.lua``),
+        with what ``also`` reads in the same round trip (its replies come second).
 
         ``(True, record)``: taken, ``record`` as now stored. ``(False, record)``: not a queued record
         (planning, settled, or written otherwise), left as it was for the caller to decide on. None: no
         record. ``BadRecord`` when it does not parse."""
         k = self.keys
-        keys, args = calls_.claim_call(k, job_id, worker, utcnow())
-        code, raw = self._script_and_pool("claim", keys, args)
+        keys, args = calls_.claim_call(k, job_id, worker, now)
+        (code, raw), replies = self.run_with("claim", keys, args, also)
         code = text(code)
         if code == "wrongtype":
             self.repair(text(raw))
             code, raw = script(self.redis, "claim")(keys=keys, args=args)
             code = text(code)
         if code == "gone":
-            return None
-        return code == "planning", read_job(raw, k.job(job_id))
+            return None, replies
+        return (code == "planning", read_job(raw, k.job(job_id))), replies
 
-    def _script_and_pool(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """Run a script, with the pool brought up to date (``snapshot()``) in the same round trip: its
-        reply."""
+    def run_with(self, name: str, keys: list[str], args: list[Any], also: Also) -> tuple[Any, list[Any]]:
+        """Run a script, with what ``also`` reads in the same round trip: its reply, and ``also``'s."""
         run = script(self.redis, name)
         with self.redis.pipeline(transaction=False) as pipe:
             run.queue(pipe, keys, args)
-            if self._mirror is not None:
-                poolread.ask_changes(pipe, self, self._mirror)
+            if also is not None:
+                also(pipe)
             replies = pipe.execute(raise_on_error=False)
         reply = replies[0]
         if run.lost(reply):  # the server lost its scripts: it ran nothing
             reply = run(keys=keys, args=args)
         elif isinstance(reply, Exception):
             raise reply
-        mirror = self._mirror
-        if mirror is None or not poolread.apply_changes(self, mirror, replies[1:]):
-            mirror = self._read_whole()
-        mirror.read_at = time.monotonic()
-        return reply
+        return reply, replies[1:]
 
     def jobs(self, job_ids: Sequence[str]) -> list[JobRecord | BadRecord | None]:
         """Several jobs' records in one round trip: each a record, None, or the ``BadRecord`` it is."""
@@ -374,20 +339,20 @@ class Store(Handoffs, Heartbeats):
             out.append(Outcome(text(code), text(detail), int(wake) == 1))
         return out
 
-    def take_wake(self, full: bool) -> tuple[set[str], list[tuple[str, JobRecord | BadRecord | None]]]:
+    def take_wake_with(self, full: bool, also: Also = None) -> tuple[Woken, list[Any]]:
         """A wake-up pass starts (``take_wake.lua``): the classes freed since the last pass, and the
         pending jobs that capacity freed there could serve (every pending job, ``full``), in priority then
-        arrival order, each with its record as ``jobs`` gives it. The pool is brought up to date in the
-        same round trip."""
+        arrival order, each with its record as ``jobs`` gives it; with what ``also`` reads in the same
+        round trip (its replies come second)."""
         k = self.keys
         keys = [k.wake_signal, k.wake_classes, k.pending, k.pending_for]
-        classes, ids, raws = self._script_and_pool("take_wake", keys, [k.job_prefix, int(full)])
+        (classes, ids, raws), replies = self.run_with("take_wake", keys, [k.job_prefix, int(full)], also)
         picked = [
             (j, _job_or_bad(k.job(j), raw))
             for member, raw in zip(ids, raws, strict=True)
             for j in self.valid_ids([member], k.pending, "a job id", "skipped")
         ]
-        return {text(c) for c in classes}, picked
+        return ({text(c) for c in classes}, picked), replies
 
     def recount_pending(self) -> int:
         """Count ``pending:classes`` anew from ``pending:for``, in one step; the number of pending jobs."""

@@ -3,16 +3,16 @@ order, and holds cards for the job at the head of each class."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from planner.decide import Hold, JobPlan, nominate, same_layout, take
 from worker import constants as C
 from worker import logs, metrics
 from worker.errors import BadRecord
+from worker.mirrored import MirroredStore
 from worker.planning import Change, change_for, commit, commit_all, nominated_cards, plan_for, readable_job
 from worker.pool import Snapshot, Staged
 from worker.records import JobRecord, utcnow
-from worker.store import Store
 
 log = logs.get_logger("modelplan.worker")
 
@@ -38,7 +38,7 @@ def _only_same_nomination(rec: JobRecord, change: Change) -> bool:
     return all(h.nominated for h in change.place) and {c[1] for c in change.clear} == {old.holds[0].hold_id}
 
 
-def wake_pass(store: Store, full: bool = False) -> int:
+def wake_pass(store: MirroredStore, full: bool = False) -> int:
     """Re-plan the pending jobs that freed capacity could serve, in priority then arrival order; place
     those that now fit, move fallbacks onto their best, and hold cards for the job at the head of each
     class. Returns how many replicas were placed or moved."""
@@ -49,6 +49,7 @@ def wake_pass(store: Store, full: bool = False) -> int:
             log.info("wake_pass", classes=sorted(classes), full=full, considered=0, moved=0)
         return 0
     snap = store.recent_snapshot(C.SNAPSHOT_REUSE_S)
+    now = utcnow()  # the pass's time: each record it makes, each hold it sees lapse
     heads: set[str] = set()
     # each job planned in turn on what the ones before it take, and all committed in one round trip
     batch: list[tuple[JobRecord, Change, Staged]] = []
@@ -58,7 +59,7 @@ def wake_pass(store: Store, full: bool = False) -> int:
             continue
         if rec is None or not rec.pending:
             continue
-        change = _change(rec, snap, heads)
+        change = _change(rec, snap, heads, now)
         if change is not None:
             batch.append((rec, change, snap.stage(change.place, change.clear)))
     moved = 0
@@ -78,7 +79,7 @@ def wake_pass(store: Store, full: bool = False) -> int:
     for rec in again:  # refused, or planned on what a refused change took: once more, alone, on the pool now
         snap = store.snapshot()
         fresh = readable_job(store, rec.job_id)
-        change = _change(fresh, snap, heads) if fresh is not None and fresh.pending else None
+        change = _change(fresh, snap, heads, utcnow()) if fresh is not None and fresh.pending else None
         if fresh is not None and change is not None:
             _, new = commit(store, fresh, change, snap)
             moved += _placed(change, new, snap) if new is not None else 0
@@ -86,11 +87,11 @@ def wake_pass(store: Store, full: bool = False) -> int:
     return moved
 
 
-def _change(rec: JobRecord, snap: Snapshot, heads: set[str]) -> Change | None:
-    """What a pass makes of a pending job on ``snap``: None when it only restates the record."""
+def _change(rec: JobRecord, snap: Snapshot, heads: set[str], now: datetime) -> Change | None:
+    """What a pass makes of a pending job on ``snap`` at ``now``: None when it only restates the record."""
     plan = plan_for(rec, snap)
-    nomination, lapsed = _nomination(rec, plan, snap, heads)
-    change = change_for(rec, plan, nomination, lapsed=lapsed)
+    nomination, lapsed = _nomination(rec, plan, snap, heads, now)
+    change = change_for(rec, plan, nomination, now=now, lapsed=lapsed)
     return None if _unchanged(rec, change) else change
 
 
@@ -101,7 +102,9 @@ def _placed(change: Change, new: JobRecord, snap: Snapshot) -> int:
     return sum(1 for h in change.place if not h.nominated)
 
 
-def _nomination(rec: JobRecord, plan: JobPlan, snap: Snapshot, heads: set[str]) -> tuple[tuple[Hold, ...] | None, bool]:
+def _nomination(
+    rec: JobRecord, plan: JobPlan, snap: Snapshot, heads: set[str], now: datetime
+) -> tuple[tuple[Hold, ...] | None, bool]:
     """The cards to hold for ``rec`` if it is the first job of its class in this pass still waiting for
     its best option (None otherwise), and whether its hold lapses now: held past its time with no card
     freeing into it. A job whose hold lapsed is not held for again until as long has passed, so that the
@@ -111,7 +114,6 @@ def _nomination(rec: JobRecord, plan: JobPlan, snap: Snapshot, heads: set[str]) 
         return None, False
     if not any(r.state != "placed" for r in plan.replicas) or target.gpu_class in heads:
         return None, False
-    now = utcnow()
     if rec.hold_lapsed_at is not None and now < rec.hold_lapsed_at + timedelta(seconds=C.NOMINATION_S):
         return None, False
     heads.add(target.gpu_class)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.errors import InvalidInput, ModelplanError
-from planner.pool import ID_PATTERN
+from planner.pool import ID_REGEX
 from producer.agent.engines import replica_of
 from producer.agent.heartbeat import heartbeat_dict
 from producer.agent.hooks import StartHook, StopHook, log_start, log_stop
@@ -35,7 +35,7 @@ class Started:
 
 
 def _checked(value: str, field: str, allow_empty: bool = False) -> str:
-    if (allow_empty and value == "") or re.fullmatch(ID_PATTERN, value):
+    if (allow_empty and value == "") or re.fullmatch(ID_REGEX, value):
         return value
     raise InvalidInput(
         "arguments", field, f"{value!r}: only letters, digits, '.', '_' and '-' (up to 128, starting with one)"

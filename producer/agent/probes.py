@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from planner.pool import ID_PATTERN
+from planner.pool import ID_REGEX
 from producer import constants as K
 from producer.agent.errors import CardReadingError
 from producer.agent.labels import Card
@@ -215,7 +215,7 @@ def read_boot_id(path: str | Path = K.BOOT_ID_PATH) -> str:
         boot_id = Path(path).read_text(encoding="ascii").strip()
     except (OSError, UnicodeDecodeError):
         boot_id = ""
-    if re.fullmatch(ID_PATTERN, boot_id):
+    if re.fullmatch(ID_REGEX, boot_id):
         return boot_id
     boot_id = uuid.uuid4().hex
     log.warning("boot_id_random", path=str(path), boot_id=boot_id)

@@ -312,7 +312,7 @@ def layouts(nodes: Sequence[PoolNode], found: Sequence[Option], need_gb: float) 
 def test_a_view_iterates_as_the_list_with_its_nodes_substituted(nodes: list[PoolNode], data: st.DataObject) -> None:
     over = data.draw(overridden(nodes))
     strangers = [PoolNode(id="not-in-the-pool", gpus=1)]
-    view = PoolIndex(nodes).view([*over, *strangers])
+    view = PoolView(PoolIndex(nodes), [*over, *strangers])
     assert list(view) == substituted(nodes, over)
     assert len(view) == len(nodes)
     assert "not-in-the-pool" not in view and view.get("not-in-the-pool") is None
@@ -324,7 +324,7 @@ def test_a_view_iterates_as_the_list_with_its_nodes_substituted(nodes: list[Pool
 def test_counts_are_those_of_the_list(nodes: list[PoolNode], data: st.DataObject) -> None:
     over = data.draw(overridden(nodes))
     index = PoolIndex(nodes)
-    for got, listed in ((index.view(), nodes), (index.view(over), substituted(nodes, over))):
+    for got, listed in ((PoolView(index), nodes), (PoolView(index, over), substituted(nodes, over))):
         assert got.groups() == grouped(listed)
         assert got.hosts() == HostPool.of(listed)
     assert index.groups() == grouped(nodes)  # a view does not change the index's own counts
@@ -338,7 +338,7 @@ def test_options_are_those_of_the_list(
     listed = substituted(nodes, over := data.draw(overridden(nodes)))
     want = ref_options(arts, shape, listed, ctx)
     assert options(arts, shape, listed, ctx) == want
-    assert options(arts, shape, PoolIndex(nodes).view(over), ctx) == want
+    assert options(arts, shape, PoolView(PoolIndex(nodes), over), ctx) == want
     assert options(arts, shape, PoolIndex(listed), ctx) == want
 
 
@@ -349,7 +349,7 @@ def test_nodes_chosen_held_and_waited_for_are_those_of_the_list(
 ) -> None:
     over = data.draw(overridden(nodes))
     listed = substituted(nodes, over)
-    view = PoolIndex(nodes).view(over)
+    view = PoolView(PoolIndex(nodes), over)
     ids = [n.id for n in nodes] or ["none"]
     holds = data.draw(
         st.lists(st.builds(Hold, st.sampled_from(ids), st.integers(0, 4), st.sampled_from([0.0, 1.5, 64.0])))
@@ -388,7 +388,7 @@ def test_plans_are_those_of_the_list(
     }
     want = ref_plan_job(arts, shape, listed, ctx, **kw)
     assert plan_job(arts, shape, listed, ctx, **kw) == want
-    assert plan_job(arts, shape, PoolIndex(nodes).view(over), ctx, **kw) == want
+    assert plan_job(arts, shape, PoolView(PoolIndex(nodes), over), ctx, **kw) == want
 
 
 @pytest.mark.parametrize("busy", [True, False])
@@ -483,7 +483,9 @@ def test_options_planned_between_changes_are_those_of_the_list(
         listed = list(now.values())
         assert options(arts, shape, index, ctx) == ref_options(arts, shape, listed, ctx)
         over = data.draw(overridden(listed))
-        assert options(arts, shape, index.view(over), ctx) == ref_options(arts, shape, substituted(listed, over), ctx)
+        assert options(arts, shape, PoolView(index, over), ctx) == ref_options(
+            arts, shape, substituted(listed, over), ctx
+        )
 
 
 def test_layouts_across_nodes_are_made_again_on_the_fabric_that_changed() -> None:

@@ -93,7 +93,7 @@ class Checker:
                 if j in self.acknowledged:
                     found.append(f"acknowledged job {j} has no record")
                 continue
-            rec = JobRecord.from_json(raw)
+            rec = JobRecord.from_stored(raw)
             records[j] = rec
             if where.get(j) != [rec.state.value]:
                 found.append(f"job {j} is {rec.state.value} in its record but indexed as {where.get(j)}")

@@ -4,8 +4,8 @@
 
 runs the worker, and answers each ``DIR/NAME.ask`` (a token) with ``DIR/NAME.view.json``: the pool as the
 worker's next plan would see it. That is its planning mirror as it stands, brought up to date on a copy
-exactly as ``Store.snapshot`` would (the changes on ``pool:changes`` since, or the whole pool read again
-when it cannot catch up), so that the worker's own mirror is not touched. A test compares it with a fresh
+exactly as ``MirroredStore.snapshot`` would (the changes on ``pool:changes`` since, or the whole pool read
+again when it cannot catch up), so that the worker's own mirror is not touched. A test compares it with a fresh
 read of the pool at a quiet point.
 """
 
@@ -22,9 +22,9 @@ import redis
 import structlog
 
 from producer import cli
-from worker import jobs, poolread
+from worker import jobs
+from worker.mirrored import MirroredStore
 from worker.pool import Snapshot
-from worker.store import Store
 
 ASK_POLL_S = 0.02
 COPY_TRIES = 20
@@ -66,11 +66,10 @@ def next_view(conn: redis.Redis) -> dict[str, Any] | None:
             if attempt == COPY_TRIES - 1:
                 raise
             time.sleep(0.01)
-    reader = Store(conn, store.keys)
-    continued = poolread.catch_up(reader, copy)
-    if not continued:
-        copy = poolread.full_read(reader)
-    return {"continued": continued, "pool": pool_view(copy.pool)}
+    reader = MirroredStore(conn, store.keys)
+    reader._mirror = copy
+    pool = reader.snapshot()
+    return {"continued": reader.whole_reads == 0, "pool": pool_view(pool)}
 
 
 def answer(folder: Path, name: str, url: str) -> None:

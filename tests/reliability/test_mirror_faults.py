@@ -28,12 +28,11 @@ from tests.reliability.mirror_view import pool_view
 from tests.worker.helpers import hb, request
 from tests.worker.processes import WorkerProcess
 from worker import constants as C
-from worker import poolread
 from worker.calls import heartbeat_call
 from worker.errors import Contended, JobNotFound, RedisUnavailable, WrongState
+from worker.mirrored import MirroredStore
 from worker.records import JobState, NodeRecord, ServeRequest, parse_heartbeat, utcnow
 from worker.scripts import script, text
-from worker.store import Store
 
 WORKERS = 3
 LOAD_S = 5.0
@@ -257,7 +256,7 @@ class Run:
             if not self.settled() or last_change(r, k.pool_changes) != before:
                 continue
             idle = idle_while_waiting(self.client)
-            fresh = pool_view(poolread.full_read(Store(r, k)).pool)
+            fresh = pool_view(MirroredStore(r, k).snapshot())
             views = {w.name: w.view()["view"] for w in self.workers}
             if any(v is None for v in views.values()):
                 # a worker started late that has planned nothing yet: the next job most likely goes to it,

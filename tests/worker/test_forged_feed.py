@@ -16,9 +16,11 @@ from tests.reliability.mirror_view import pool_view
 from tests.worker.helpers import drain, hb, request, whole_state
 from tests.worker.test_fallbacks_replicas import big_request
 from tests.worker.test_mirror import parsed
-from worker import jobs, poolread
+from worker import jobs
 from worker.keys import Keys
-from worker.mirror import LAPSE_HEAP_SLACK, Mirror
+from worker.mirror import LAPSE_HEAP_SLACK, Mirror, Named
+from worker.mirrored import MirroredStore
+from worker.poolread import PoolReads
 from worker.records import JobState, NodeRecord, parse_heartbeat, utcnow
 from worker.store import Store
 
@@ -46,7 +48,8 @@ def warm(client: Client) -> None:
 def mirror_matches_a_fresh_read(client: Client) -> None:
     """The worker's mirror, brought up to date as its next plan would, holds what a fresh read holds."""
     store = jobs.store_for(client.redis, client.keys.prefix)
-    assert pool_view(store.snapshot()) == pool_view(Store(client.redis, Keys(client.keys.prefix)).snapshot())
+    fresh = MirroredStore(client.redis, Keys(client.keys.prefix))
+    assert pool_view(store.snapshot()) == pool_view(fresh.snapshot())
 
 
 def cards_held(client: Client) -> dict[str, int]:
@@ -200,13 +203,13 @@ def test_entries_that_name_no_node_or_change_nothing_cost_no_read(
     read back."""
     warm(client)
     asked: list[tuple[list[str], list[str]]] = []
-    ask = poolread._ask_nodes
+    ask = PoolReads._ask_nodes
 
-    def spied(pipe: Any, store: Store, named: poolread.Named) -> tuple[list[str], list[str]]:
-        asked.append(ask(pipe, store, named))
+    def spied(store: PoolReads, pipe: Any, named: Named) -> tuple[list[str], list[str]]:
+        asked.append(ask(store, pipe, named))
         return asked[-1]
 
-    monkeypatch.setattr(poolread, "_ask_nodes", spied)
+    monkeypatch.setattr(PoolReads, "_ask_nodes", spied)
     held = client.get("first").placement[0]
     value = client.redis.hget(client.keys.held(held.node_id), held.hold_id)
     assert value is not None

@@ -13,7 +13,7 @@ from tests.worker.helpers import drain, hb, request
 from worker import jobtext
 from worker.errors import BadRecord
 from worker.jobtext import job_text, read_job
-from worker.records import JobRecord, JobState, read_record
+from worker.records import JobRecord, JobState, read_record, utcnow
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +47,7 @@ def test_a_record_reads_and_writes_as_pydantic_does_kept_or_not(client: Client, 
             rec = read_job(raw, "k")
             assert rec == whole and rec.model_fields_set == whole.model_fields_set
             assert job_text(rec) == whole.model_dump_json() == raw.decode()
-            nxt = rec.advance(JobState.RELEASED, reason="freed")
+            nxt = rec.advance(JobState.RELEASED, at=utcnow(), reason="freed")
             assert job_text(nxt) == nxt.model_dump_json()
 
 

@@ -280,7 +280,7 @@ def test_cards_freed_while_a_job_is_planned_into_waiting_still_wake_it(client: C
     drain(client)  # the wake-up pass runs before the job is waiting: it finds nothing
     plan = planning.plan_for(rec, snap)
     assert plan.outcome == "waiting"
-    code, new = planning.commit(client.store, rec, planning.change_for(rec, plan), snap)
+    code, new = planning.commit(client.store, rec, planning.change_for(rec, plan, now=utcnow()), snap)
     assert code == "ok" and new is not None and new.state is JobState.WAITING
     assert queued_functions(client) == [] and signalled(client)
     drain(client)
@@ -417,7 +417,7 @@ def test_a_claim_rewrites_only_the_head_of_a_queued_record(client: Client) -> No
     claimed = planning.claim(client.store, job, "w-1")
     assert claimed is not None
     raw = client.redis.get(client.keys.job(job))
-    assert raw == claimed.to_json().encode()
+    assert raw == claimed.to_stored().encode()
     assert claimed == before.model_copy(
         update={
             "state": JobState.PLANNING,
@@ -461,7 +461,7 @@ def test_two_plans_from_one_snapshot_cannot_both_take_the_card(client: Client) -
         assert rec is not None
         plan = planning.plan_for(rec, snap)
         assert plan.outcome == "placed"
-        results.append(planning.commit(client.store, rec, planning.change_for(rec, plan), snap)[0])
+        results.append(planning.commit(client.store, rec, planning.change_for(rec, plan, now=utcnow()), snap)[0])
     assert results == ["ok", "full"]
     # the loser plans again from a fresh snapshot and waits
     loser = client.get(jobs[1])
@@ -638,7 +638,7 @@ def test_a_commit_reads_the_stored_version_however_the_record_is_laid_out(client
         client.redis.set(key, json.dumps(json.loads(raw), **layout))  # type: ignore[arg-type]
     rec = client.get(job)
     store = client.store
-    claimed = rec.advance(JobState.PLANNING, worker="w")
+    claimed = rec.advance(JobState.PLANNING, at=utcnow(), worker="w")
     stale = store.transition(rec.model_copy(update={"version": rec.version + 1}), claimed, reason="stale")
     assert (stale.code, stale.detail) == ("stale", str(rec.version))
     out = store.transition(rec, claimed, reason="claimed")

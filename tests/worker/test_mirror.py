@@ -18,10 +18,10 @@ from worker import constants as C
 from worker import jobs
 from worker.keys import Keys
 from worker.mirror import Mirror
+from worker.mirrored import MirroredStore
 from worker.pool import Held, ParsedNode, Snapshot
 from worker.records import NodeRecord, utcnow
 from worker.runner import InProcessWorker, planning_worker
-from worker.store import Store
 
 
 def parsed(node_id: str, **kw: object) -> ParsedNode:
@@ -31,7 +31,7 @@ def parsed(node_id: str, **kw: object) -> ParsedNode:
 
 def fresh(r: redis.Redis) -> Snapshot:
     """The pool as a new worker would read it."""
-    return Store(r, Keys()).snapshot()
+    return MirroredStore(r, Keys()).snapshot()
 
 
 def view(snap: Snapshot) -> list[tuple[str, int, int]]:
@@ -164,7 +164,7 @@ def test_a_node_whose_heartbeat_lapsed_leaves_the_mirror(redis_url: str, monkeyp
     monkeypatch.setattr(C, "NODE_TTL_MS", 300)
     client = Client.from_url(redis_url)
     client.heartbeat(hb("brief", gpus=1))
-    store = Store(redis.Redis.from_url(redis_url), client.keys)
+    store = MirroredStore(redis.Redis.from_url(redis_url), client.keys)
     assert [n.id for n in store.snapshot().nodes] == ["brief"]
     time.sleep(0.5)
     assert store.snapshot().nodes == []
@@ -190,7 +190,7 @@ def test_a_refresh_goes_onto_the_stream_as_its_lapse_only(redis_url: str, monkey
     client = Client.from_url(redis_url)
     client.heartbeat(hb("steady", gpus=2, seq=1))
     first_lapse = server_ms(client.redis) + REFRESH_TTL_MS  # the first heartbeat's lapse, or just after it
-    store = Store(redis.Redis.from_url(redis_url), client.keys)
+    store = MirroredStore(redis.Redis.from_url(redis_url), client.keys)
     assert [n.id for n in store.snapshot().nodes] == ["steady"]
     seq = 1
     while server_ms(client.redis) <= first_lapse:  # refreshed until its first lapse is past

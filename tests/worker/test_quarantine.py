@@ -19,7 +19,7 @@ from tests.worker.helpers import drain, hb, request
 from tests.worker.processes import WorkerProcess
 from worker.keys import Keys
 from worker.maintenance import sweep
-from worker.records import JobState
+from worker.records import JobState, utcnow
 from worker.store import now_ms
 
 GARBAGE = "{garbage"
@@ -172,7 +172,9 @@ def test_an_unreadable_hold_keeps_its_nodes_cards_taken(redis_url: str) -> None:
     rec = client.get("b")
     from worker.pool import HoldSpec
 
-    out = client.store.transition(rec, rec.advance(rec.state), reason="t", place=[HoldSpec("gpu-1", "b:0:9", 1)])
+    out = client.store.transition(
+        rec, rec.advance(rec.state, at=utcnow()), reason="t", place=[HoldSpec("gpu-1", "b:0:9", 1)]
+    )
     assert (out.code, out.detail) == ("full", "gpu-1")
 
 

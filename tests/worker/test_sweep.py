@@ -15,12 +15,12 @@ from structlog.testing import capture_logs
 from producer import Client
 from tests.worker.helpers import drain, hb, request, signalled, whole_state
 from worker import maintenance
+from worker.mirrored import MirroredStore
 from worker.records import JobState
-from worker.store import Store
 
 
 @contextlib.contextmanager
-def login_without(r: redis.Redis, redis_url: str, command: str) -> Iterator[Store]:
+def login_without(r: redis.Redis, redis_url: str, command: str) -> Iterator[MirroredStore]:
     """A store whose login may run every command but ``command``, as a login under ACL rules that lack it."""
     name, password = f"sweeper-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     r.acl_setuser(
@@ -28,7 +28,7 @@ def login_without(r: redis.Redis, redis_url: str, command: str) -> Iterator[Stor
     )
     user = redis.Redis.from_url(redis_url, username=name, password=password)
     try:
-        yield Store(user)
+        yield MirroredStore(user)
     finally:
         user.close()
         r.acl_deluser(name)

@@ -19,15 +19,15 @@ from tests.worker.helpers import drain, hb, queued_functions, request, signalled
 from tests.worker.test_fallbacks_replicas import big_request
 from worker import constants as C
 from worker import jobs, runner
+from worker.mirrored import MirroredStore
 from worker.records import JobState
 from worker.scripts import text
-from worker.store import Store
 
 WITHIN_S = 10.0
 
 
 @contextlib.contextmanager
-def running_waker(client: Client) -> Iterator[tuple[Store, threading.Thread, threading.Event]]:
+def running_waker(client: Client) -> Iterator[tuple[MirroredStore, threading.Thread, threading.Event]]:
     """A waker thread on the store this process's jobs use, as ``modelplan worker`` starts one."""
     store = jobs.store_for(client.redis, client.keys.prefix)
     stop = threading.Event()
@@ -41,7 +41,7 @@ def running_waker(client: Client) -> Iterator[tuple[Store, threading.Thread, thr
 
 
 @pytest.fixture
-def waker(client: Client) -> Iterator[tuple[Store, threading.Thread, threading.Event]]:
+def waker(client: Client) -> Iterator[tuple[MirroredStore, threading.Thread, threading.Event]]:
     with running_waker(client) as running:
         yield running
 
@@ -64,7 +64,7 @@ def eventually(check: Callable[[], bool]) -> bool:
 
 
 def test_a_freed_card_places_the_waiting_job_with_no_rq_job_queued(
-    client: Client, waker: tuple[Store, threading.Thread, threading.Event]
+    client: Client, waker: tuple[MirroredStore, threading.Thread, threading.Event]
 ) -> None:
     job = waiting_job(client)
     client.heartbeat(hb("gpu-1", gpus=1, free=1, seq=2))
@@ -86,7 +86,7 @@ def test_a_burst_of_freeing_leaves_one_token(client: Client) -> None:
 
 
 def test_the_pass_waits_for_the_job_being_planned_in_its_process(
-    client: Client, waker: tuple[Store, threading.Thread, threading.Event]
+    client: Client, waker: tuple[MirroredStore, threading.Thread, threading.Event]
 ) -> None:
     """The waker and the job thread share one mirror: a pass signalled while a job holds it runs after."""
     store, _, _ = waker
@@ -100,7 +100,7 @@ def test_the_pass_waits_for_the_job_being_planned_in_its_process(
 
 
 def test_while_no_pass_is_due_the_waker_keeps_the_mirror_up(
-    client: Client, waker: tuple[Store, threading.Thread, threading.Event]
+    client: Client, waker: tuple[MirroredStore, threading.Thread, threading.Event]
 ) -> None:
     """A change that signals nothing (a node joining, cards taken) reaches the mirror within a few waits,
     with no job and no pass: the next pass then has only what came since to read before it plans."""
@@ -119,7 +119,9 @@ def test_while_no_pass_is_due_the_waker_keeps_the_mirror_up(
     assert not signalled(client) and queued_functions(client) == []
 
 
-def test_the_waker_stops_between_waits(client: Client, waker: tuple[Store, threading.Thread, threading.Event]) -> None:
+def test_the_waker_stops_between_waits(
+    client: Client, waker: tuple[MirroredStore, threading.Thread, threading.Event]
+) -> None:
     _, thread, stop = waker
     stop.set()
     thread.join(timeout=WITHIN_S)

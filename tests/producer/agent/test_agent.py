@@ -21,7 +21,7 @@ from structlog.testing import capture_logs
 
 from planner.errors import InvalidInput
 from planner.model import Artifact, Option
-from planner.pool import ID_PATTERN
+from planner.pool import ID_REGEX
 from planner.quant import mem_from_class
 from producer import Client
 from producer import constants as K
@@ -275,7 +275,7 @@ def test_boot_id_from_the_kernel_else_random(tmp_path: Path) -> None:
     path.write_text("3f1c2a9e-5b7d-4e2f-9a61-0c8d7e6b5a43\n")
     assert read_boot_id(path) == "3f1c2a9e-5b7d-4e2f-9a61-0c8d7e6b5a43"
     first, second = read_boot_id(tmp_path / "missing"), read_boot_id(tmp_path / "missing")
-    assert first != second and re.fullmatch(ID_PATTERN, first)
+    assert first != second and re.fullmatch(ID_REGEX, first)
 
 
 # --- the class label ------------------------------------------------------------------------------------
@@ -298,13 +298,13 @@ REFERENCE_CARDS = [
 def test_class_label_of_the_reference_cards(name: str, mib: int, label: str) -> None:
     assert class_label(name, mib) == label
     assert mem_from_class(label) == mib // 1024
-    assert re.fullmatch(ID_PATTERN, label)
+    assert re.fullmatch(ID_REGEX, label)
 
 
 @given(st.text(max_size=300), st.integers(min_value=1024, max_value=1 << 24))
 def test_every_class_label_is_an_id_that_carries_its_gib(name: str, mib: int) -> None:
     label = class_label(name, mib)
-    assert re.fullmatch(ID_PATTERN, label)
+    assert re.fullmatch(ID_REGEX, label)
     assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*-\d+g", label)
     assert mem_from_class(label) == mib // 1024
 
@@ -400,7 +400,7 @@ def test_once_dry_run_prints_the_heartbeat_and_needs_no_redis(
     assert len(out) == 1
     printed = json.loads(out[0])
     assert printed["seq"] > 1_700_000_000 * 10**6  # the clock in microseconds
-    assert re.fullmatch(ID_PATTERN, printed["boot_id"])
+    assert re.fullmatch(ID_REGEX, printed["boot_id"])
     assert {k: v for k, v in printed.items() if k not in ("seq", "boot_id")} == {
         "node_id": "h200-node",
         "gpu_class": "h200-140g",

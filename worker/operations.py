@@ -1,0 +1,311 @@
+"""What a caller asks of a job: submit, release, cancel, scale. ``producer.Client`` (a direct call) and the
+request streams' reader (``worker.requests``, an entry) both carry them out here, so that both make the same
+record, the same queue entry and the same refusals.
+
+Each operation reads, decides and commits against what it read: a commit through ``transition.lua`` against
+the record's version, or a ``WATCH`` transaction. A commit that lost a race to another writer is tried
+again from a fresh read by the one helper every such loop uses, ``with_retries``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TypeVar
+
+import redis
+
+from planner import InvalidInput
+from worker import constants as C
+from worker import logs, owners
+from worker.classes import clear_all
+from worker.config import wait_replicas as default_wait_replicas
+from worker.config import wait_timeout_ms as default_wait_timeout_ms
+from worker.errors import Contended, JobExists, JobNotFound, NotReplicated, StillRunning, WrongState, redis_failure
+from worker.jobtext import read_job
+from worker.keys import check_id
+from worker.mirrored import MirroredStore
+from worker.owners import ANYONE, Acting, Owned
+from worker.planning import change_for, commit, plan_for
+from worker.records import MAX_REPLICAS, JobRecord, JobState, ServeRequest, utcnow
+from worker.store import Store, now_ms
+
+log = logs.get_logger("modelplan.worker")
+
+T = TypeVar("T")
+
+
+class Again(Enum):
+    """What an attempt returns when its commit lost a race: read again and try again."""
+
+    AGAIN = "again"
+
+
+AGAIN = Again.AGAIN
+
+
+def with_retries(job_id: str, attempt: Callable[[], T | Again], attempts: int | None = C.PLAN_ATTEMPTS) -> T:
+    """``attempt``'s answer, trying it again while it returns ``AGAIN`` or its ``WATCH`` fired
+    (``redis.WatchError``): each try reads afresh what it commits against. ``Contended`` naming ``job_id``
+    once ``attempts`` tries all lost their races; ``attempts=None`` tries until one wins (a transaction that
+    another writer's progress is all that can stop)."""
+    tried = 0
+    while attempts is None or tried < attempts:
+        tried += 1
+        try:
+            got = attempt()
+        except redis.WatchError:
+            continue
+        if got is not AGAIN:
+            return got
+    raise Contended(job_id)
+
+
+CANCELLABLE = (JobState.QUEUED, JobState.PLANNING, JobState.WAITING)
+
+
+def check_replicas(replicas: int) -> None:
+    """``InvalidInput`` unless ``replicas`` is a count a job may be scaled to (as a request may ask)."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
+        raise InvalidInput("scale", "replicas", f"must be a whole number from 1 to {MAX_REPLICAS} (given {replicas!r})")
+
+
+@dataclass
+class Operations:
+    """Submit, release, cancel and scale on one store. After each, waits until ``wait_replicas`` replicas
+    have every write so far (``NotReplicated`` if they do not within ``wait_timeout_ms``); any error Redis
+    answers with, or its absence, is raised as one of modelplan's (``redis_failure``), naming ``url``."""
+
+    store: MirroredStore
+    url: str = ""
+    """Redis's address, redacted, for the errors; "" when not known."""
+    wait_replicas: int = field(default_factory=default_wait_replicas)
+    wait_timeout_ms: int = field(default_factory=default_wait_timeout_ms)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """``fn``'s answer, a Redis error turned into modelplan's (``worker.errors.redis_failure``)."""
+        try:
+            return fn()
+        except redis.RedisError as e:
+            raise redis_failure(self.url, e) from e
+
+    def replicated(self, what: str) -> None:
+        """Wait until ``wait_replicas`` replicas have every write made so far, or raise ``NotReplicated``.
+        WAIT counts what the connection it runs on wrote, and a pool may have made the writes on another:
+        a write on the same connection just before it covers them all, replication being one stream."""
+        if not self.wait_replicas:
+            return
+
+        def wait() -> int:
+            with self.store.redis.pipeline(transaction=False) as pipe:
+                pipe.incr(self.store.keys.ack)
+                pipe.wait(self.wait_replicas, self.wait_timeout_ms)
+                _, acked = pipe.execute()
+            return int(acked)
+
+        acked = self.call(wait)
+        if acked < self.wait_replicas:
+            raise NotReplicated(what, acked, self.wait_replicas, self.wait_timeout_ms)
+
+    def get(self, job_id: str) -> JobRecord:
+        rec = self.call(lambda: self.store.job(job_id))
+        if rec is None:
+            raise JobNotFound(job_id)
+        return rec
+
+    def submit(
+        self, req: ServeRequest, job_id: str | None = None, *, as_client: Acting = ANYONE, owned: Owned | None = None
+    ) -> str:
+        """Record a serve job and queue it for planning, in one transaction (``submit``): its id."""
+        job_id = check_id(job_id, "job_id") if job_id is not None else uuid.uuid4().hex
+        self.call(lambda: submit(self.store, req, job_id, as_client, owned))
+        self.replicated(f"submit {job_id}")
+        return job_id
+
+    def release(self, job_id: str, *, as_client: Acting = ANYONE) -> JobRecord:
+        rec = self.call(lambda: release(self.store, job_id, as_client))
+        self.replicated(f"release {job_id}")
+        return rec
+
+    def cancel(self, job_id: str, *, as_client: Acting = ANYONE) -> JobRecord:
+        rec = self.call(lambda: cancel(self.store, job_id, as_client))
+        self.replicated(f"cancel {job_id}")
+        return rec
+
+    def scale(
+        self,
+        job_id: str,
+        replicas: int,
+        *,
+        as_client: Acting = ANYONE,
+        owned: Owned | None = None,
+        bound: Callable[[], None] | None = None,
+    ) -> JobRecord:
+        """``scale``; with ``owned``, within the client's count of replicas: the new count is reserved
+        before the job is planned (``reserve``, with ``bound``), so that two entries carried out at once
+        cannot both pass, and settled on what the record says after (``Owned.settle``)."""
+        if owned is None:
+            rec = self.call(lambda: scale(self.store, job_id, replicas, as_client))
+            self.replicated(f"scale {job_id}")
+            return rec
+        reserve(owned, job_id, replicas, bound)
+        try:
+            rec = self.call(lambda: scale(self.store, job_id, replicas, as_client))
+            self.replicated(f"scale {job_id}")
+            return rec
+        finally:
+            owned.settle(job_id)
+
+
+# --- the operations, on a store ------------------------------------------------------------------------------
+
+
+def submit(
+    store: MirroredStore, req: ServeRequest, job_id: str, acting: Acting = ANYONE, owned: Owned | None = None
+) -> str:
+    """Record a serve job and queue it for planning, in one transaction: when this returns, the job is
+    stored and queued; when it raises, nothing was. The same id with the same request again returns the id
+    and queues nothing; with another request it raises ``JobExists``. ``acting``: whom the submit is for
+    (the job's owner; ``JobTaken`` if the id is another's); ``owned``: the client's count of replicas, which
+    the submit is admitted to in the same transaction."""
+    k = store.keys
+    key = k.job(job_id)
+
+    def attempt() -> str:
+        with store.redis.pipeline(transaction=True) as pipe:
+            pipe.watch(key, *([owned.key] if owned else []))  # type: ignore[no-untyped-call]
+            raw = pipe.get(key)
+            if raw is not None:
+                old = read_job(raw, key)
+                owners.check_submit(old, acting)
+                if old.request == req:
+                    return job_id
+                raise JobExists(job_id)
+            admit = owned.admit(pipe, job_id, req.replicas) if owned else None
+            now = utcnow()
+            rec = JobRecord(
+                job_id=job_id,
+                state=JobState.QUEUED,
+                version=0,
+                request=req,
+                wanted=req.replicas,
+                seq=store.next_seq(),
+                created_at=now,
+                updated_at=now,
+                reason="queued",
+                owner=owners.recorded(acting),
+            )
+            event = {"job_id": job_id, "state": "queued", "version": "0", "reason": "submitted"}
+            pipe.multi()
+            pipe.set(key, rec.to_stored())
+            pipe.zadd(k.jobs(JobState.QUEUED), {job_id: now_ms()})
+            pipe.xadd(k.job_events(job_id), event, maxlen=C.JOB_EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
+            pipe.xadd(k.events, event, maxlen=C.EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
+            store.enqueue_plan(job_id, pipeline=pipe)
+            if admit is not None:
+                admit(pipe)
+            pipe.execute()
+            return job_id
+
+    # a WATCH fires only when another writer changed the job's key or the client's count: each time one
+    # did, that one made progress, so this tries until it wins
+    return with_retries(job_id, attempt, attempts=None)
+
+
+def release(store: Store, job_id: str, acting: Acting = ANYONE) -> JobRecord:
+    """Free everything a job holds (every replica); pending jobs that can use it are planned at once.
+    ``acting``: whom the call is for; ``NotOwner`` if the job is not theirs (``worker.owners``)."""
+
+    def attempt() -> JobRecord | Again:
+        rec = store.job(job_id)
+        if rec is None:
+            raise JobNotFound(job_id)
+        owners.check(rec, acting)
+        if rec.state not in (JobState.PLACED, JobState.WAITING):
+            raise WrongState(job_id, rec.state.value, "release", "placed or waiting")
+        new = rec.advance(JobState.RELEASED, at=utcnow(), nomination=None, reason="released")
+        if not store.transition(rec, new, reason="released", clear=clear_all(rec)).ok:
+            return AGAIN
+        log.info("job_released", job_id=job_id)
+        return new
+
+    return with_retries(job_id, attempt)
+
+
+def cancel(store: Store, job_id: str, acting: Acting = ANYONE) -> JobRecord:
+    """Cancel a job that is queued, being planned or waiting with no replica running, freeing the cards
+    held for it; a job with a replica running is ended by ``release``. ``acting``: as for ``release``."""
+
+    def attempt() -> JobRecord | Again:
+        rec = store.job(job_id)
+        if rec is None:
+            raise JobNotFound(job_id)
+        owners.check(rec, acting)
+        if rec.state not in CANCELLABLE:
+            raise WrongState(job_id, rec.state.value, "cancel", "queued, planning or waiting")
+        running = sum(1 for r in rec.replicas if r.placement)
+        if running:
+            raise StillRunning(job_id, rec.state.value, running, rec.wanted)
+        new = rec.advance(
+            JobState.CANCELLED, at=utcnow(), nomination=None, worker=None, lease_until=None, reason="cancelled"
+        )
+        if not store.transition(rec, new, reason="cancelled", clear=clear_all(rec)).ok:
+            return AGAIN
+        log.info("job_cancelled", job_id=job_id)
+        return new
+
+    return with_retries(job_id, attempt)
+
+
+def scale(store: MirroredStore, job_id: str, replicas: int, acting: Acting = ANYONE) -> JobRecord:
+    """Ask for ``replicas`` replicas: new ones are planned now, surplus ones freed; the rest stay as they
+    are. A job still queued or being planned takes the new count when it is planned. ``acting``: as for
+    ``release``."""
+    check_replicas(replicas)
+
+    def attempt() -> JobRecord | Again:
+        rec = store.job(job_id)
+        if rec is None:
+            raise JobNotFound(job_id)
+        owners.check(rec, acting)
+        if rec.state.final:
+            raise WrongState(job_id, rec.state.value, "scale", "queued, planning, placed or waiting")
+        if rec.state in (JobState.QUEUED, JobState.PLANNING):
+            new = rec.advance(rec.state, at=utcnow(), wanted=replicas, reason=f"scaled to {replicas}")
+            return new if store.transition(rec, new, reason=new.reason, score=now_ms()).ok else AGAIN
+        snap = store.snapshot()
+        change = change_for(rec, plan_for(rec, snap, wanted=replicas), now=utcnow())
+        code, new_rec = commit(store, rec, change, snap)
+        if new_rec is not None:
+            return new_rec
+        if code == "gone":
+            raise JobNotFound(job_id)
+        return AGAIN
+
+    return with_retries(job_id, attempt)
+
+
+def reserve(owned: Owned, job_id: str, replicas: int, bound: Callable[[], None] | None = None) -> None:
+    """Count ``replicas`` for ``job_id`` in its client's count before it is scaled: ``NotOwner`` if the job
+    is not that client's, then whatever ``bound`` raises (a bound on one job), then ``OverQuota`` if past
+    the client's limit; nothing is counted when it raises. A job's owner never changes, so its record is
+    read unwatched."""
+    store = owned.store
+    rec = store.job(job_id)
+    if rec is None:
+        raise JobNotFound(job_id)
+    owners.check(rec, owned.client_id)
+    if bound is not None:
+        bound()
+
+    def attempt() -> None:
+        with store.redis.pipeline(transaction=True) as pipe:
+            pipe.watch(owned.key)  # type: ignore[no-untyped-call]
+            write = owned.admit(pipe, job_id, replicas)
+            pipe.multi()
+            write(pipe)
+            pipe.execute()
+
+    with_retries(job_id, attempt)
