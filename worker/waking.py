@@ -67,7 +67,7 @@ def wake_pass(store: MirroredStore, full: bool = False) -> int:
     unwritten = False  # a change before this one took cards (a placement, a nomination) its commit did not
     for (rec, change, _), (code, new) in zip(batch, commit_all(store, batch, snap) if batch else [], strict=True):
         if new is not None:
-            moved += _placed(change, new, snap)
+            moved += _placed(rec, change, new, snap)
             if unwritten and new.pending:
                 # planned on cards taken by a change that was refused: it may wait for a job ahead that holds
                 # nothing, and no wake-up would come for it (nothing was freed)
@@ -82,7 +82,7 @@ def wake_pass(store: MirroredStore, full: bool = False) -> int:
         change = _change(fresh, snap, heads, utcnow()) if fresh is not None and fresh.pending else None
         if fresh is not None and change is not None:
             _, new = commit(store, fresh, change, snap)
-            moved += _placed(change, new, snap) if new is not None else 0
+            moved += _placed(fresh, change, new, snap) if new is not None else 0
     log.info("wake_pass", classes=sorted(classes), full=full, considered=len(wanted), moved=moved)
     return moved
 
@@ -95,10 +95,13 @@ def _change(rec: JobRecord, snap: Snapshot, heads: set[str], now: datetime) -> C
     return None if _unchanged(rec, change) else change
 
 
-def _placed(change: Change, new: JobRecord, snap: Snapshot) -> int:
-    """The replicas a committed change placed or moved (its nomination aside), with their wake-up latency."""
+def _placed(rec: JobRecord, change: Change, new: JobRecord, snap: Snapshot) -> int:
+    """The replicas a committed change placed or moved (its nomination aside), with their wake-up latency:
+    timed from a node's heartbeat only when it came after the job last changed (a heartbeat before it
+    freed nothing the job waited for: a release did, or a move)."""
     nodes = {h.node_id for h in change.place if not h.nominated} & snap.records.keys()
-    metrics.wake_latencies((snap.records[n].received_at for n in nodes), new.updated_at)
+    beats = (snap.records[n].received_at for n in nodes)
+    metrics.wake_latencies((at for at in beats if at > rec.updated_at), new.updated_at)
     return sum(1 for h in change.place if not h.nominated)
 
 

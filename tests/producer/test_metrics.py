@@ -140,6 +140,27 @@ def test_a_wake_up_is_timed_from_the_heartbeat_that_freed_the_cards(redis_url: s
     client.redis.close()
 
 
+def test_a_wake_up_no_heartbeat_caused_is_not_timed(redis_url: str) -> None:
+    """A release frees the card: the node's last heartbeat came before the job waited, so it freed
+    nothing for it, and the time since it is no wake-up latency (on a node steady for hours it would read
+    hours)."""
+    metrics.forget()
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("gpu-a", gpus=1))
+    client.submit(request(), "first")
+    drain(client)
+    client.submit(request(), "second")
+    drain(client)
+    assert client.get("second").state.value == "waiting"
+    client.release("first")
+    drain(client)
+    assert client.get("second").state.value == "placed"
+    metrics.flush(client.redis, client.keys)
+    got = samples(exposition(client))
+    assert got.get(("modelplan_wake_latency_seconds_count", ()), 0) == 0
+    client.redis.close()
+
+
 def test_the_exporter_serves_over_http(pool: Client, redis_url: str) -> None:
     port = free_port()
     proc = subprocess.Popen(
