@@ -72,7 +72,7 @@ class RedisForbidden(ModelplanError, PermissionError):
         tail = "; nothing was stored" if stored else ""
         super().__init__(
             f"{_redis_at(url)} refused a command ({_said(cause)}); check the ACL user's key patterns "
-            f"cover the prefix (see README: TLS, ACL users, Sentinel){tail}"
+            f"cover the prefix (see docs/OPERATING.md: TLS, ACL users, Sentinel){tail}"
         )
 
 
