@@ -56,7 +56,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="worker/lua/transition.lua",
         snippet=" or (gpus > 0 and node.free_gpus - unseen_gpus < gpus)",
         replacement="",
-        tests=("tests/worker/test_rules.py::test_commit_refuses_cards_busy_outside_modelplan",),
+        tests=(
+            "tests/worker/test_rules.py::test_commit_refuses_cards_busy_outside_modelplan",
+            "tests/worker/test_lifecycle.py::test_two_plans_from_one_snapshot_cannot_both_take_the_card",
+        ),
     ),
     Mutation(
         name="commit-unseen-cards",
@@ -64,7 +67,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="worker/lua/transition.lua",
         snippet="node.free_gpus - unseen_gpus < gpus",
         replacement="node.free_gpus < gpus",
-        tests=("tests/worker/test_rules.py::test_one_card_is_never_held_for_two_jobs",),
+        tests=(
+            "tests/worker/test_rules.py::test_one_card_is_never_held_for_two_jobs",
+            "tests/worker/test_lifecycle.py::test_two_plans_from_one_snapshot_cannot_both_take_the_card",
+        ),
     ),
     Mutation(
         name="commit-total-cards",
@@ -80,7 +86,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="worker/lua/transition.lua",
         snippet="node.host_free_gb - unseen_host < host_gb",
         replacement="node.host_free_gb < host_gb",
-        tests=("tests/worker/test_rules.py::test_two_cpu_replicas_never_share_the_same_ram",),
+        tests=(
+            "tests/worker/test_rules.py::test_two_cpu_replicas_never_share_the_same_ram",
+            "tests/worker/test_rules.py::test_two_cpu_plans_from_one_snapshot_cannot_both_take_the_ram",
+        ),
     ),
     Mutation(
         name="commit-version",
@@ -88,7 +97,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="worker/lua/transition.lua",
         snippet="if current ~= ARGV[2] then",
         replacement="if false then",
-        tests=("tests/worker/test_rules.py::test_a_commit_from_an_older_version_is_stale",),
+        tests=(
+            "tests/worker/test_rules.py::test_a_commit_from_an_older_version_is_stale",
+            "tests/worker/test_lifecycle.py::test_a_commit_reads_the_stored_version_however_the_record_is_laid_out",
+        ),
     ),
     Mutation(
         name="commit-epoch",
@@ -96,7 +108,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="worker/lua/transition.lua",
         snippet="if ARGV[8] ~= '' and tostring(redis.call('GET', KEYS[8]) or '0') ~= ARGV[8] then",
         replacement="if false then",
-        tests=("tests/worker/test_rules.py::test_a_wait_planned_before_capacity_freed_is_woken",),
+        tests=(
+            "tests/worker/test_rules.py::test_a_wait_planned_before_capacity_freed_is_woken",
+            "tests/worker/test_lifecycle.py::test_cards_freed_while_a_job_is_planned_into_waiting_still_wake_it",
+        ),
+    ),
+    Mutation(
+        name="claim-once",
+        rule="a job another worker is planning under a live lease is not claimed again: one planner a job",
+        path="worker/planning.py",
+        snippet="if rec.state is not JobState.QUEUED and not expired:",
+        replacement="if rec.state is not JobState.QUEUED and rec.state is not JobState.PLANNING:",
+        tests=("tests/worker/test_rules.py::test_a_job_being_planned_is_not_claimed_by_a_second_worker",),
     ),
     Mutation(
         name="vet-function",
@@ -104,7 +127,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="worker/queueing.py",
         snippet='raise Refused(job.id, name, "which is not one of modelplan\'s job functions")',
         replacement="return name, tuple(args)",
-        tests=("tests/worker/test_rules.py::test_a_worker_refuses_a_queued_job_of_another_function",),
+        tests=(
+            "tests/worker/test_rules.py::test_a_worker_refuses_a_queued_job_of_another_function",
+            "tests/reliability/test_queue_guard.py::test_only_modelplans_jobs_run_under_the_readme_acl_user",
+        ),
     ),
     Mutation(
         name="vet-prefix",
@@ -112,7 +138,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="worker/queueing.py",
         snippet="if args[0] != prefix:",
         replacement="if False:",
-        tests=("tests/worker/test_rules.py::test_a_worker_refuses_a_queued_job_for_another_prefix",),
+        tests=(
+            "tests/worker/test_rules.py::test_a_worker_refuses_a_queued_job_for_another_prefix",
+            "tests/reliability/test_queue_guard.py::test_a_tenant_cannot_make_another_tenants_worker_do_anything",
+        ),
     ),
     Mutation(
         name="rank-cards-before-precision",
@@ -128,7 +157,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="planner/options.py",
         snippet="return (o.cpu, o.gpus, o.nodes, -quality(o), not o.free_now",
         replacement="return (not o.cpu, o.gpus, o.nodes, -quality(o), not o.free_now",
-        tests=("tests/planner/test_rules.py::test_a_card_ranks_before_the_cpu",),
+        tests=(
+            "tests/planner/test_rules.py::test_a_card_ranks_before_the_cpu",
+            "tests/planner/test_seed_rules.py::test_busy_is_not_unfit",
+        ),
     ),
     Mutation(
         name="rank-busy-is-not-unfit",
@@ -136,7 +168,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="planner/options.py",
         snippet="return (o.cpu, o.gpus, o.nodes, -quality(o), not o.free_now",
         replacement="return (not o.free_now, o.cpu, o.gpus, o.nodes, -quality(o)",
-        tests=("tests/planner/test_rules.py::test_busy_cards_rank_by_their_hardware",),
+        tests=(
+            "tests/planner/test_rules.py::test_busy_cards_rank_by_their_hardware",
+            "tests/planner/test_seed_rules.py::test_busy_is_not_unfit",
+        ),
     ),
     Mutation(
         name="wake-fallback-classes",
@@ -152,7 +187,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="worker/classes.py",
         snippet="            if rank == key:\n                same.append(o)",
         replacement="            if rank == key:\n                pass",
-        tests=("tests/worker/test_rules.py::test_a_waiting_job_is_woken_by_every_class_equal_to_its_best",),
+        tests=(
+            "tests/worker/test_rules.py::test_a_waiting_job_is_woken_by_every_class_equal_to_its_best",
+            "tests/worker/test_wake_equal.py::test_pending_for_names_every_class_ranked_equal",
+        ),
     ),
     Mutation(
         name="kv-bytes-per-element",
@@ -160,7 +198,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="planner/shape.py",
         snippet=") * KV_BYTES_PER_ELEMENT\n    kv += len(attention)",
         replacement=")\n    kv += len(attention)",
-        tests=("tests/planner/test_rules.py::test_kv_cache_bytes_per_token_of_a_plain_decoder",),
+        tests=(
+            "tests/planner/test_rules.py::test_kv_cache_bytes_per_token_of_a_plain_decoder",
+            "tests/planner/test_config_rules.py::test_mimo_sliding_layers_keep_their_own_kv_heads",
+        ),
     ),
     Mutation(
         name="kv-values-counted",
@@ -168,7 +209,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="planner/shape.py",
         snippet='per_layer = kv_heads * (head_dim + whole("v_head_dim", default=head_dim))',
         replacement="per_layer = kv_heads * head_dim",
-        tests=("tests/planner/test_rules.py::test_kv_cache_bytes_per_token_of_a_plain_decoder",),
+        tests=(
+            "tests/planner/test_rules.py::test_kv_cache_bytes_per_token_of_a_plain_decoder",
+            "tests/planner/test_config_rules.py::test_mimo_sliding_layers_keep_their_own_kv_heads",
+        ),
     ),
     Mutation(
         name="heartbeat-seq-refresh",
@@ -176,7 +220,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="worker/lua/heartbeat.lua",
         snippet="if tonumber(old_seq) >= tonumber(seq) then",
         replacement="if false then",
-        tests=("tests/worker/test_rules.py::test_a_heartbeat_with_an_older_seq_is_refused",),
+        tests=(
+            "tests/worker/test_rules.py::test_a_heartbeat_with_an_older_seq_is_refused",
+            "tests/worker/test_lifecycle.py::test_a_batch_of_heartbeats_is_stored_as_one_at_a_time_would_be",
+        ),
     ),
     Mutation(
         name="heartbeat-seq-change",
@@ -184,7 +231,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="worker/lua/heartbeat.lua",
         snippet="      if old.seq >= new.seq then\n        return 'stale', 0",
         replacement="      if false then\n        return 'stale', 0",
-        tests=("tests/worker/test_rules.py::test_a_heartbeat_with_an_older_seq_is_refused",),
+        tests=(
+            "tests/worker/test_rules.py::test_a_heartbeat_with_an_older_seq_is_refused",
+            "tests/worker/test_lifecycle.py::test_an_older_heartbeat_changes_nothing",
+        ),
     ),
     Mutation(
         name="owner-acts",
@@ -192,7 +242,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="worker/owners.py",
         snippet="    if acting is not ANYONE and rec.owner != acting:\n        raise NotOwner(rec.job_id)",
         replacement="    if False:\n        raise NotOwner(rec.job_id)",
-        tests=("tests/worker/test_rules.py::test_a_client_cannot_act_on_another_clients_job",),
+        tests=(
+            "tests/worker/test_rules.py::test_a_client_cannot_act_on_another_clients_job",
+            "tests/worker/test_owners.py::test_no_one_but_its_owner_releases_cancels_scales_or_resubmits_a_job",
+        ),
     ),
     Mutation(
         name="owner-submit",
@@ -200,7 +253,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="worker/owners.py",
         snippet="    if acting is not ANYONE and rec.owner != acting:\n        raise JobTaken(rec.job_id)",
         replacement="    if False:\n        raise JobTaken(rec.job_id)",
-        tests=("tests/worker/test_rules.py::test_a_client_cannot_submit_over_another_clients_job",),
+        tests=(
+            "tests/worker/test_rules.py::test_a_client_cannot_submit_over_another_clients_job",
+            "tests/worker/test_owners.py::test_no_one_but_its_owner_releases_cancels_scales_or_resubmits_a_job",
+        ),
     ),
     Mutation(
         name="acl-agent-one-node",
@@ -208,7 +264,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="producer/roles.py",
         snippet='f"~{p}:node:{nodes}",',
         replacement='f"~{p}:node:*",',
-        tests=("tests/worker/test_rules.py::test_an_agent_rule_reaches_its_own_node_alone",),
+        tests=(
+            "tests/worker/test_rules.py::test_an_agent_rule_reaches_its_own_node_alone",
+            "tests/reliability/test_roles.py::test_an_agent_cannot_speak_for_another_node",
+        ),
     ),
     Mutation(
         name="acl-client-reads-jobs",
@@ -216,7 +275,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="producer/roles.py",
         snippet='f"%R~{keys.job_pattern}"',
         replacement='f"~{keys.job_pattern}"',
-        tests=("tests/worker/test_rules.py::test_a_client_rule_reads_job_records_and_writes_only_its_own_keys",),
+        tests=(
+            "tests/worker/test_rules.py::test_a_client_rule_reads_job_records_and_writes_only_its_own_keys",
+            "tests/reliability/test_roles.py::test_a_client_acts_on_its_own_jobs_only",
+        ),
     ),
     Mutation(
         name="acl-no-eval",
@@ -224,7 +286,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="producer/roles.py",
         snippet='SCRIPTING = ("fcall",)',
         replacement='SCRIPTING = ("fcall", "eval")',
-        tests=("tests/worker/test_rules.py::test_no_role_but_the_operator_may_eval",),
+        tests=(
+            "tests/worker/test_rules.py::test_no_role_but_the_operator_may_eval",
+            "tests/reliability/test_roles.py::test_no_role_runs_lua_of_its_own",
+        ),
     ),
     Mutation(
         name="wait-not-fallback",
@@ -232,7 +297,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="planner/decide.py",
         snippet="        if fallback:\n            for o in ranked[1:]:",
         replacement="        if True:\n            for o in ranked[1:]:",
-        tests=("tests/planner/test_rules.py::test_a_job_whose_best_cards_are_busy_waits",),
+        tests=(
+            "tests/planner/test_rules.py::test_a_job_whose_best_cards_are_busy_waits",
+            "tests/worker/test_fallbacks_replicas.py::test_without_the_flag_it_waits",
+        ),
     ),
 )
 
@@ -358,8 +426,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     known = by_name()
     if args.list:
-        for m in MUTATIONS:
-            print(f"{m.name}\t{m.path}\t{m.rule}\t{' '.join(m.tests)}")
+        try:
+            for m in MUTATIONS:
+                print(f"{m.name}\t{m.path}\t{m.rule}\t{' '.join(m.tests)}")
+        except BrokenPipeError:  # a reader that stopped early (| head)
+            sys.stderr.close()
         return 0
     chosen = list(MUTATIONS)
     if args.only:

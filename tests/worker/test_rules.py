@@ -150,6 +150,18 @@ def test_a_wait_planned_before_capacity_freed_is_woken(client: Client) -> None:
     assert placed.state is JobState.PLACED and [p.node_id for p in placed.placement] == ["gpu-1"]
 
 
+def test_a_job_being_planned_is_not_claimed_by_a_second_worker(client: Client) -> None:
+    """Rule: one planner a job. A job another worker is planning, under a lease not yet run out, is not
+    claimed again (so two plans of it never race to commit)."""
+    client.heartbeat(hb("gpu-1", gpus=2))
+    job = client.submit(request())
+    empty_queue(client)
+    first = planning.claim(client.store, job, "w1")
+    assert first is not None and first.state is JobState.PLANNING
+    assert planning.claim(client.store, job, "w2") is None
+    assert client.get(job) == first and first.worker == "w1"
+
+
 # --- the planning queue (queueing.vet) ------------------------------------------------------------------
 
 
