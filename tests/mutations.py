@@ -4,7 +4,9 @@ the tests chosen for it fail. Run through ``scripts/mutate`` (``--list``, ``--on
 A mutation names the rule it breaks, the file, an exact snippet of that file and what replaces it, and the
 tests that must catch it. The snippet must occur exactly once: when the code moves, the mutation is
 reported as not applied, and the run fails, rather than passing over a rule no longer checked. To re-point
-one after a change, edit its entry in ``MUTATIONS``: the snippet is a literal copied from the file.
+one after a change, edit its entry in ``MUTATIONS`` (the snippet is a literal copied from the file), then
+``scripts/mutate --only NAME``. Each selection lists the rule's own test in ``tests/*/test_rules.py`` first,
+then the older tests found to catch it; ``--every`` names every test of a selection that fails.
 
 For each mutation the tracked and untracked-but-not-ignored files are copied to a temporary directory, the
 replacement is made there, and pytest runs the selection there with the repository's interpreter
@@ -119,7 +121,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         path="worker/planning.py",
         snippet="if rec.state is not JobState.QUEUED and not expired:",
         replacement="if rec.state is not JobState.QUEUED and rec.state is not JobState.PLANNING:",
-        tests=("tests/worker/test_rules.py::test_a_job_being_planned_is_not_claimed_by_a_second_worker",),
+        tests=(
+            "tests/worker/test_rules.py::test_a_job_being_planned_is_not_claimed_by_a_second_worker",
+            "tests/worker/test_lifecycle.py::test_a_claim_rewrites_only_the_head_of_a_queued_record",
+        ),
     ),
     Mutation(
         name="vet-function",
@@ -364,15 +369,34 @@ def run_tests(python: Path, tree: Path, tests: Sequence[str], *, stop_first: boo
         done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return -1, f"stopped after {RUN_TIMEOUT_S} s"
-    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-    return done.returncode, tail
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    # pytest's summary lines: "FAILED <node id> - <message>", a node id's parameters may hold spaces
+    failed = [
+        line.split(" ", 1)[1].split(" - ", 1)[0] for line in lines if line.startswith(("FAILED tests/", "ERROR tests/"))
+    ]
+    if done.returncode in (1, 2) and failed:
+        return done.returncode, "by " + ", ".join(failed)
+    if done.returncode == 0 and lines:
+        return 0, lines[-1].strip("= ")  # pytest's summary: "N passed in T s"
+    return done.returncode, "\n".join(lines[-15:])
 
 
-def check_imports(python: Path, tree: Path) -> None:
-    """Refuses to go on if the interpreter imports the packages from anywhere but ``tree``."""
+def check_imports(python: Path, root: Path, files: Sequence[str]) -> None:
+    """Refuses to go on if the interpreter, run in a copy, imports the packages from anywhere but the copy
+    (an installed modelplan that shadows it would make every mutation pass unseen)."""
+    with tempfile.TemporaryDirectory(prefix="mutate-imports-") as tmp:
+        tree = Path(tmp)
+        copy_tree(root, [f for f in files if f.startswith(("planner/", "producer/", "worker/"))], tree)
+        _imports_from(python, tree)
+
+
+def _imports_from(python: Path, tree: Path) -> None:
     code = "import planner, producer, worker; print(planner.__file__, producer.__file__, worker.__file__)"
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tree)}
-    out = subprocess.run([str(python), "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([str(python), "-c", code], cwd=tree, env=env, capture_output=True, text=True)
+    if out.returncode:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"mutate: {python} cannot import modelplan's packages ({last}); give --python")
     for path in out.stdout.split():
         if not Path(path).resolve().is_relative_to(tree.resolve()):
             raise SystemExit(f"mutate: {python} imports {path}, not the copy in {tree}; cannot test mutations")
@@ -386,18 +410,17 @@ def baseline(python: Path, root: Path, files: Sequence[str], ms: Sequence[Mutati
     with tempfile.TemporaryDirectory(prefix="mutate-base-") as tmp:
         tree = Path(tmp)
         copy_tree(root, files, tree)
-        check_imports(python, tree)
         started = time.monotonic()
         code, tail = run_tests(python, tree, selections(ms), stop_first=False)
         took = time.monotonic() - started
     if code != 0:
         print(f"baseline: the selections fail without any mutation (pytest exit {code}, {took:.0f} s):\n{tail}")
         return False
-    print(f"baseline: the selections pass without mutations ({took:.0f} s)")
+    print(f"baseline: the selections pass without mutations: {tail} ({took:.0f} s)")
     return True
 
 
-def run_one(python: Path, root: Path, files: Sequence[str], m: Mutation) -> tuple[str, str]:
+def run_one(python: Path, root: Path, files: Sequence[str], m: Mutation, *, every: bool = False) -> tuple[str, str]:
     """``caught``, ``missed``, ``not applied`` or ``broken`` (the selection did not run), with a detail."""
     with tempfile.TemporaryDirectory(prefix=f"mutate-{m.name}-") as tmp:
         tree = Path(tmp)
@@ -407,10 +430,10 @@ def run_one(python: Path, root: Path, files: Sequence[str], m: Mutation) -> tupl
         except NotApplied as e:
             return "not applied", str(e)
         started = time.monotonic()
-        code, tail = run_tests(python, tree, m.tests, stop_first=True)
+        code, tail = run_tests(python, tree, m.tests, stop_first=not every)
         took = f"{time.monotonic() - started:.0f} s"
     if code in (1, 2, -1):  # tests failed, collection failed, or it hung
-        return "caught", took
+        return "caught", f"{took} {tail}" if tail.startswith("by ") else took
     if code == 0:
         return "missed", f"{took}; the selection passes with the mutation made"
     return "broken", f"pytest exit {code}:\n{tail}"
@@ -422,6 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--only", action="append", metavar="NAME", help="run this mutation only (repeatable)")
     p.add_argument("--python", type=Path, help="the interpreter to run the tests with")
     p.add_argument("--no-baseline", action="store_true", help="skip the run of the selections without mutations")
+    p.add_argument("--every", action="store_true", help="run each whole selection, naming every test that fails")
     args = p.parse_args(argv)
 
     known = by_name()
@@ -447,11 +471,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     files = tracked_files(root)
     started = time.monotonic()
+    check_imports(python, root, files)
     if not args.no_baseline and not baseline(python, root, files, chosen):
         return 1
     tally: dict[str, list[str]] = {}
     for m in chosen:
-        outcome, detail = run_one(python, root, files, m)
+        outcome, detail = run_one(python, root, files, m, every=args.every)
         tally.setdefault(outcome, []).append(m.name)
         print(f"{outcome:<11} {m.name:<28} {detail}", flush=True)
     caught = len(tally.get("caught", []))
