@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -15,13 +16,14 @@ from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
 from producer import Client, roles
+from producer.clients import add
 from tests.worker.helpers import drain, empty_queue, hb, request, signalled, whole_state
-from tests.worker.test_owners import answers, carry_out, send
 from worker import planning
 from worker.keys import Keys
 from worker.pool import HoldSpec
 from worker.queueing import queue_class
 from worker.records import JobRecord, JobState
+from worker.requests import Consumer
 from worker.scripts import text
 
 A, B = "svc-a", "svc-b"
@@ -253,9 +255,25 @@ def test_a_heartbeat_with_an_older_seq_is_refused(client: Client) -> None:
 # --- owners (worker/owners.py) --------------------------------------------------------------------------
 
 
-def owned_job(client: Client) -> JobRecord:
-    from producer.clients import add
+def send(client: Client, who: str, **fields: str) -> None:
+    """An entry on client ``who``'s own request stream, which only its login may append to."""
+    entry: dict[Any, Any] = fields
+    client.redis.xadd(client.keys.client_requests(who), entry)
 
+
+def carry_out(client: Client) -> None:
+    """What a worker does: carry out every request entry, then plan what they queued."""
+    Consumer(client.store, "w1").drain()
+    drain(client)
+
+
+def answers(client: Client, who: str) -> list[dict[str, str]]:
+    entries: Any = client.redis.xrange(client.keys.client_replies(who))
+    return [{text(k): text(v) for k, v in fields.items()} for _, fields in entries]
+
+
+def owned_job(client: Client) -> JobRecord:
+    """Job ``a-1``, submitted on client A's stream and placed; B registered too."""
     client.heartbeat(hb("gpu-a", gpus=4))
     for who in (A, B):
         add(client.redis, client.keys, who)
