@@ -22,7 +22,7 @@ from worker import planning
 from worker.keys import Keys
 from worker.pool import HoldSpec
 from worker.queueing import queue_class
-from worker.records import JobRecord, JobState
+from worker.records import JobRecord, JobState, utcnow
 from worker.requests import Consumer
 from worker.scripts import text
 
@@ -32,7 +32,7 @@ A, B = "svc-a", "svc-b"
 def commit_holds(client: Client, job_id: str, *holds: HoldSpec) -> str:
     """The commit script's answer to writing ``holds`` for ``job_id`` over its stored record."""
     rec = client.get(job_id)
-    return client.store.transition(rec, rec.advance(rec.state), reason="test", place=holds).code
+    return client.store.transition(rec, rec.advance(rec.state, at=utcnow()), reason="test", place=holds).code
 
 
 def queued(client: Client, *job_ids: str) -> None:
@@ -109,7 +109,7 @@ def test_two_cpu_plans_from_one_snapshot_cannot_both_take_the_ram(client: Client
         assert rec is not None
         plan = planning.plan_for(rec, snap)
         assert [r.state for r in plan.replicas] == ["fallback"]
-        results.append(planning.commit(client.store, rec, planning.change_for(rec, plan), snap)[0])
+        results.append(planning.commit(client.store, rec, planning.change_for(rec, plan, now=utcnow()), snap)[0])
     assert results == ["ok", "full"]
     loser = client.get(jobs[1])
     assert planning.settle(client.store, loser) is not None
@@ -123,8 +123,12 @@ def test_a_commit_from_an_older_version_is_stale(client: Client) -> None:
     client.heartbeat(hb("gpu-1", gpus=2))
     queued(client, "a")
     old = client.get("a")
-    first = client.store.transition(old, old.advance(old.state), reason="t", place=[HoldSpec("gpu-1", "a:0:1", 1)])
-    again = client.store.transition(old, old.advance(old.state), reason="t", place=[HoldSpec("gpu-1", "a:0:2", 1)])
+    first = client.store.transition(
+        old, old.advance(old.state, at=utcnow()), reason="t", place=[HoldSpec("gpu-1", "a:0:1", 1)]
+    )
+    again = client.store.transition(
+        old, old.advance(old.state, at=utcnow()), reason="t", place=[HoldSpec("gpu-1", "a:0:2", 1)]
+    )
     assert (first.code, again.code, again.detail) == ("ok", "stale", str(old.version + 1))
     assert sorted(client.store.held_on("gpu-1")) == ["a:0:1"]
     assert client.get("a").version == old.version + 1
@@ -144,7 +148,7 @@ def test_a_wait_planned_before_capacity_freed_is_woken(client: Client) -> None:
     assert plan.outcome == "waiting"
     client.heartbeat(hb("gpu-1", gpus=1, seq=2))  # the card frees: no job waits yet, none is woken
     assert not signalled(client)
-    assert planning.commit(client.store, rec, planning.change_for(rec, plan), snap)[0] == "ok"
+    assert planning.commit(client.store, rec, planning.change_for(rec, plan, now=utcnow()), snap)[0] == "ok"
     assert client.get(job).state is JobState.WAITING
     assert signalled(client)
     drain(client)
