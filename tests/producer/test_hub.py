@@ -440,9 +440,11 @@ def test_the_real_client_reads_a_repository_from_the_hub(r: redis.Redis, fake_hu
         f"GET /{REPO}/resolve/{COMMIT}/config.json",
         f"GET /{REPO}/resolve/{COMMIT}/model.safetensors.index.json",
     ]
-    # the shards' headers, which this stand-in does not hold: planned without them, as before
+    # the shards' headers, which this stand-in does not hold: planned without them, as before. The reads
+    # run a few at a time and the first that fails cancels those not yet started, so some of the four may
+    # never be asked; none is asked twice (the second resolve comes from the cache)
     shards = [f"GET /{REPO}/resolve/{COMMIT}/model-0000{i}-of-00004.safetensors" for i in range(1, 5)]
-    assert sorted(asked[3:]) == shards
+    assert asked[3:] and set(asked[3:]) <= set(shards) and len(set(asked[3:])) == len(asked[3:]), asked
 
 
 @pytest.mark.parametrize(
