@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 import redis
 
@@ -13,22 +12,12 @@ from worker import calls as calls_
 from worker import constants as C
 from worker.keys import Keys
 from worker.records import NodeRecord
+from worker.replies import Reply
 from worker.scripts import script, text
 
-
-class Beat(StrEnum):
-    """What became of one heartbeat: ``heartbeat.lua``'s code for it."""
-
-    OK = "ok"
-    """Stored."""
-    STALE = "stale"
-    """Older than the one stored of its boot (or a boot another took the place of, sent before that):
-    nothing changed."""
-    BAD = "bad"
-    """Its record does not decode: nothing stored (modelplan never sends one)."""
-    CONFLICT = "conflict"
-    """Refused: two agents publish under its node id (``conflict:{node_id}`` says which boots), and the
-    node is out of the pool until one alone has been heard for ``CONFLICT_CLEAR_MS``."""
+Beat = Reply
+"""What became of one heartbeat: ``heartbeat.lua``'s code for it, one of ``Reply.OK``, ``STALE``, ``BAD``
+or ``CONFLICT`` (the name ``producer`` gives it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +83,13 @@ class Heartbeats:
                 elif isinstance(reply, Exception):
                     raise reply
         for i, ((keys, args), reply) in enumerate(zip(calls, replies, strict=True)):
-            if text(reply[0]) == "wrongtype":  # a shared key of another type: nothing written, the hint repaired
+            # a shared key of another type (its first element a code, not the wake flag): nothing written,
+            # the hint repaired and the call run again
+            if not isinstance(reply[0], int) and Reply.of(reply[0]) is Reply.WRONGTYPE:
                 self.repair(text(reply[1]))
                 replies[i] = beat(keys=keys, args=args)
         out: list[BeatReply] = []
         for reply in replies:
             wake = int(reply[0]) == 1
-            out += [BeatReply(Beat(text(reply[j])), wake, int(reply[j + 1]) == 1) for j in range(1, len(reply), 2)]
+            out += [BeatReply(Reply.of(reply[j]), wake, int(reply[j + 1]) == 1) for j in range(1, len(reply), 2)]
         return out

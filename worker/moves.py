@@ -15,6 +15,7 @@ from worker.mirrored import MirroredStore
 from worker.operations import AGAIN, Again, with_retries
 from worker.planning import change_for, commit, nominated_cards, plan_for, readable_job, waiting_score
 from worker.records import JobRecord, JobState, Replica, utcnow
+from worker.replies import Reply
 
 log = logs.get_logger("modelplan.worker")
 
@@ -34,7 +35,7 @@ def requeue(store: MirroredStore, job_id: str, reason: str, when: Callable[[JobR
             store.enqueue_plan(job_id)
             log.info("job_requeued", job_id=job_id, reason=reason)
             return True
-        return False if out.code == "gone" else AGAIN
+        return False if out.code is Reply.GONE else AGAIN
 
     return with_retries(job_id, attempt)
 
@@ -71,7 +72,7 @@ def lose_node(store: MirroredStore, job_id: str, node_id: str, reason: str, boot
         change = change_for(bare, plan_for(bare, snap), now=utcnow())
         new = change.new.model_copy(update={"reason": f"{reason}; {change.new.reason}"})
         code, _ = commit(store, rec, replace(change, new=new, clear=(*lost_holds, *change.clear)), snap)
-        if code == "ok":
+        if code is Reply.OK:
             log.info(
                 "replicas_lost_node",
                 job_id=job_id,
@@ -81,7 +82,7 @@ def lose_node(store: MirroredStore, job_id: str, node_id: str, reason: str, boot
                 state=new.state.value,
             )
             return True
-        return False if code == "gone" else AGAIN
+        return False if code is Reply.GONE else AGAIN
 
     return with_retries(job_id, attempt)
 

@@ -30,6 +30,7 @@ from worker.mirrored import MirroredStore
 from worker.owners import ANYONE, Acting, Owned
 from worker.planning import change_for, commit, plan_for
 from worker.records import MAX_REPLICAS, JobRecord, JobState, ServeRequest, utcnow
+from worker.replies import Reply
 from worker.store import Store, now_ms
 
 log = logs.get_logger("modelplan.worker")
@@ -280,7 +281,7 @@ def scale(store: MirroredStore, job_id: str, replicas: int, acting: Acting = ANY
         code, new_rec = commit(store, rec, change, snap)
         if new_rec is not None:
             return new_rec
-        if code == "gone":
+        if code is Reply.GONE:
             raise JobNotFound(job_id)
         return AGAIN
 

@@ -33,6 +33,7 @@ from worker.records import (
     WaitRecord,
     utcnow,
 )
+from worker.replies import Reply
 from worker.store import Outcome
 
 log = logs.get_logger("modelplan.worker")
@@ -76,7 +77,7 @@ def claim(store: MirroredStore, job_id: str, worker: str) -> JobRecord | None:
         out = store.transition(rec, new, reason=f"planning on {worker}", score=until.timestamp() * 1000)
         if out.ok:
             return new
-        if out.code == "gone":
+        if out.code is Reply.GONE:
             return None
     return None
 
@@ -233,7 +234,7 @@ def nominated_cards(holds: Sequence[Reservation]) -> dict[str, int]:
     return {h.node_id: h.gpus for h in holds}
 
 
-def commit(store: MirroredStore, rec: JobRecord, change: Change, snap: Snapshot) -> tuple[str, JobRecord | None]:
+def commit(store: MirroredStore, rec: JobRecord, change: Change, snap: Snapshot) -> tuple[Reply, JobRecord | None]:
     """Commit a change: ``("ok", new)``, or the script's code and None."""
     new = change.new
     started = time.perf_counter()
@@ -253,7 +254,7 @@ def commit(store: MirroredStore, rec: JobRecord, change: Change, snap: Snapshot)
 
 def commit_all(
     store: MirroredStore, changes: Sequence[tuple[JobRecord, Change, Staged]], snap: Snapshot
-) -> list[tuple[str, JobRecord | None]]:
+) -> list[tuple[Reply, JobRecord | None]]:
     """``commit`` for several jobs' changes in one round trip, each committed or refused on its own. Each
     was staged in ``snap`` as it was planned (``Snapshot.stage``), so that the plans after it counted it;
     each refused is taken back (and all of them if the round trip fails)."""
@@ -287,14 +288,14 @@ def commit_all(
     return done
 
 
-def _committed(store: MirroredStore, change: Change, out: Outcome, snap: Snapshot) -> tuple[str, JobRecord | None]:
+def _committed(store: MirroredStore, change: Change, out: Outcome, snap: Snapshot) -> tuple[Reply, JobRecord | None]:
     """What a commit's answer means: ``("ok", new)``, counted in ``snap`` and logged; or the script's code
     and None."""
     new = change.new
     if not out.ok:
-        if out.code not in ("stale", "gone"):
+        if out.code not in (Reply.STALE, Reply.GONE):
             metrics.count("commit_conflicts")
-        if out.code in ("full", "silent"):  # the pool this plan saw was wrong about that node: read it anew
+        if out.code in (Reply.FULL, Reply.SILENT):  # the pool this plan saw was wrong about that node: read it anew
             store.reread_node(out.detail)
         return out.code, None
     snap.apply(change.place, change.clear)
@@ -306,7 +307,7 @@ def _committed(store: MirroredStore, change: Change, out: Outcome, snap: Snapsho
         nodes=[r.node_id for r in new.placement],
         reason=new.reason,
     )
-    return "ok", new
+    return Reply.OK, new
 
 
 def settle(store: MirroredStore, rec: JobRecord) -> JobRecord | None:
@@ -327,7 +328,7 @@ def settle(store: MirroredStore, rec: JobRecord) -> JobRecord | None:
         code, new = commit(store, rec, change_for(rec, plan, now=utcnow()), snap)
         if new is not None:
             return new
-        if code in ("stale", "gone"):
+        if code in (Reply.STALE, Reply.GONE):
             log.info("job_moved_meanwhile", job_id=rec.job_id, code=code)
             return None
         log.info("commit_conflict", job_id=rec.job_id, code=code, attempt=attempt)

@@ -29,6 +29,7 @@ from worker.pool import Held, HoldSpec, parse_cache, read_holds
 from worker.poolread import PoolReads, ids_in
 from worker.queueing import planning_queue
 from worker.records import JobRecord, JobState, utcnow
+from worker.replies import Reply
 from worker.scripts import script, text
 
 log = logs.get_logger("modelplan.worker")
@@ -48,16 +49,16 @@ def _job_or_bad(key: str, raw: bytes | str | None) -> JobRecord | BadRecord | No
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What ``transition.lua`` said."""
+    """What ``transition.lua`` said of one commit."""
 
-    code: str
-    """``ok``, ``stale``, ``gone``, ``full`` or ``silent``."""
+    code: Reply
+    """``OK``, ``STALE``, ``GONE``, ``FULL`` or ``SILENT`` (``WRONGTYPE`` is repaired and run again)."""
     detail: str
     wake: bool
 
     @property
     def ok(self) -> bool:
-        return self.code == "ok"
+        return self.code is Reply.OK
 
 
 Also = Callable[[Any], None] | None
@@ -188,10 +189,10 @@ class Store(PoolReads, Handoffs, Heartbeats):
             args += [n, hid]
         run = script(self.redis, "quarantine_job")
         code, detail = run(keys=keys, args=args)
-        if text(code) == "wrongtype":
+        if Reply.of(code) is Reply.WRONGTYPE:
             self.repair(text(detail))
             code, detail = run(keys=keys, args=args)
-        if text(code) != "ok":
+        if Reply.of(code) is not Reply.OK:
             return False
         quarantine.logged(self.keys, bad, "marked failed")
         return True
@@ -238,14 +239,12 @@ class Store(PoolReads, Handoffs, Heartbeats):
         k = self.keys
         keys, args = calls_.claim_call(k, job_id, worker, now)
         (code, raw), replies = self.run_with("claim", keys, args, also)
-        code = text(code)
-        if code == "wrongtype":
+        if Reply.of(code) is Reply.WRONGTYPE:
             self.repair(text(raw))
             code, raw = script(self.redis, "claim")(keys=keys, args=args)
-            code = text(code)
-        if code == "gone":
+        if Reply.of(code) is Reply.GONE:
             return None, replies
-        return (code == "planning", read_job(raw, k.job(job_id))), replies
+        return (Reply.of(code) is Reply.PLANNING, read_job(raw, k.job(job_id))), replies
 
     def run_with(self, name: str, keys: list[str], args: list[Any], also: Also) -> tuple[Any, list[Any]]:
         """Run a script, with what ``also`` reads in the same round trip: its reply, and ``also``'s."""
@@ -305,10 +304,10 @@ class Store(PoolReads, Handoffs, Heartbeats):
         )
         run = script(self.redis, "transition")
         code, detail, wake = run(keys=keys, args=args)
-        if text(code) == "wrongtype":
+        if Reply.of(code) is Reply.WRONGTYPE:
             self.repair(text(detail))
             code, detail, wake = run(keys=keys, args=args)
-        return Outcome(text(code), text(detail), int(wake) == 1)
+        return Outcome(Reply.of(code), text(detail), int(wake) == 1)
 
     def repair(self, key: str) -> None:
         """A script found ``key`` holding another type and wrote nothing: a hint is deleted (what comes next
@@ -333,10 +332,10 @@ class Store(PoolReads, Handoffs, Heartbeats):
             elif isinstance(reply, Exception):
                 raise reply
             code, detail, wake = reply
-            if text(code) == "wrongtype":
+            if Reply.of(code) is Reply.WRONGTYPE:
                 self.repair(text(detail))
                 code, detail, wake = run(keys=keys, args=args)
-            out.append(Outcome(text(code), text(detail), int(wake) == 1))
+            out.append(Outcome(Reply.of(code), text(detail), int(wake) == 1))
         return out
 
     def take_wake_with(self, full: bool, also: Also = None) -> tuple[Woken, list[Any]]:

@@ -13,6 +13,7 @@ from worker.mirrored import MirroredStore
 from worker.planning import Change, change_for, commit, commit_all, nominated_cards, plan_for, readable_job
 from worker.pool import Snapshot, Staged
 from worker.records import JobRecord, utcnow
+from worker.replies import Reply
 
 log = logs.get_logger("modelplan.worker")
 
@@ -73,7 +74,7 @@ def wake_pass(store: MirroredStore, full: bool = False) -> int:
                 # nothing, and no wake-up would come for it (nothing was freed)
                 again.append(new)
         else:
-            if code not in ("stale", "gone"):
+            if code not in (Reply.STALE, Reply.GONE):
                 again.append(rec)
             unwritten = unwritten or bool(change.place)
     for rec in again:  # refused, or planned on what a refused change took: once more, alone, on the pool now
