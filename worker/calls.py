@@ -29,6 +29,7 @@ def heartbeat_call(k: Keys, beats: Sequence[tuple[str, str]]) -> Call:
     keys += [k.conflicts, k.stats, k.restarts]
     args: list[Any] = [C.NODE_TTL_MS, C.POOL_CHANGES_MAXLEN, k.node_prefix, k.held_prefix]
     args += [k.boots_prefix, k.conflict_prefix, C.BOOT_DISPLACED_MS, C.CONFLICT_CLEAR_MS, CONFLICT_HEARTBEATS]
+    args.append(C.SCHEMA_VERSION)
     for node_id, raw in beats:
         args += [node_id, raw]
     return keys, args
@@ -40,7 +41,7 @@ def claim_call(k: Keys, job_id: str, worker: str, now: datetime) -> Call:
     keys = [k.job(job_id), k.job_events(job_id), k.events]
     keys += [k.jobs(JobState.QUEUED), k.jobs(JobState.PLANNING), k.pending, k.pending_for, k.pending_classes]
     args: list[Any] = [job_id, json_of(now), json.dumps(worker), json_of(until), until.timestamp() * 1000]
-    args += [C.EVENTS_MAXLEN, C.JOB_EVENTS_MAXLEN, f"planning on {worker}"]
+    args += [C.EVENTS_MAXLEN, C.JOB_EVENTS_MAXLEN, f"planning on {worker}", C.SCHEMA_VERSION]
     return keys, args
 
 

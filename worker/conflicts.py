@@ -8,11 +8,12 @@ out of the pool until one boot alone has been heard for ``CONFLICT_CLEAR_MS``. T
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.pool import ID_REGEX
+from worker.constants import SCHEMA_VERSION, SchemaVersion
 from worker.errors import BadRecord
 from worker.records import SEQ_MAX, read_record
 
@@ -52,7 +53,7 @@ class ConflictRecord(BaseModel):
     included."""
     since_ms: int
     last_heard_ms: int
-    schema_version: Literal[1] = 1
+    schema_version: SchemaVersion = SCHEMA_VERSION
 
     @property
     def since(self) -> datetime:

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+SchemaVersion = Literal[1]
+SCHEMA_VERSION: SchemaVersion = 1
+"""The version of the records modelplan stores (``schema_version`` in each: a job's, a node's, a
+conflict's), the one place it is spelled: the scripts that write or match a record's text are handed it
+(``claim.lua``, ``heartbeat.lua``), and a reader takes a record of a higher version for a newer modelplan's
+(``records.read_record``). A new version changes both lines."""
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "modelplan"
 """Every key modelplan writes starts with this and a colon; RQ's own keys sit under ``rq:`` with the queue

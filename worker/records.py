@@ -16,11 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from planner import Artifact, Estimate, InvalidInput, Option, Shape, check_context
 from planner.pool import ID_REGEX, NodeReport, invalid_from
-from worker.constants import PRIORITY_MAX
+from worker.constants import PRIORITY_MAX, SCHEMA_VERSION, SchemaVersion
 from worker.errors import BadRecord
 from worker.keys import HOLD_PATTERN
 
-SCHEMA_VERSION = 1
 MAX_STARTED = 4096
 """How many hold ids one heartbeat may list as started: far past the cards of any node."""
 MAX_REPLICAS = 256
@@ -99,7 +98,7 @@ class Heartbeat(NodeReport):
 class NodeRecord(Heartbeat):
     """A heartbeat as stored: with when it arrived."""
 
-    schema_version: Literal[1] = 1
+    schema_version: SchemaVersion = SCHEMA_VERSION
     received_at: datetime
 
 
@@ -117,7 +116,7 @@ def stored_json(beats: Sequence[Heartbeat], at: datetime) -> list[str]:
 
 def stored_tail(at: datetime) -> str:
     """What follows a heartbeat's own fields in its stored record, received ``at``: the record's two."""
-    return ',"schema_version":1,"received_at":' + _AT.dump_json(at).decode() + "}"
+    return f',"schema_version":{SCHEMA_VERSION},"received_at":' + _AT.dump_json(at).decode() + "}"
 
 
 def _as_json(data: Any, source: str) -> str:
@@ -278,7 +277,7 @@ class JobRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    schema_version: Literal[1] = 1
+    schema_version: SchemaVersion = SCHEMA_VERSION
     job_id: str
     state: JobState
     version: int = Field(ge=0)

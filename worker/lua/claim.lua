@@ -13,17 +13,17 @@
 -- ARGV[1]  job id                     ARGV[5]  score in jobs:planning (the lease's end, ms)
 -- ARGV[2]  updated_at, JSON           ARGV[6]  events MAXLEN      ARGV[7]  job events MAXLEN
 -- ARGV[3]  worker, JSON               ARGV[8]  reason, for the streams
--- ARGV[4]  lease_until, JSON
+-- ARGV[4]  lease_until, JSON           ARGV[9]  the schema version of the records modelplan writes
 --
 -- Returns {"planning", record as now stored}, {"as_is", record as stored}, {"gone", ""}, or
 -- {"wrongtype", key} for a key it would write that holds another type (nothing written).
 
-local job_id = ARGV[1]
+local job_id, schema = ARGV[1], ARGV[9]
 local raw = redis.call('GET', KEYS[1])
 if not raw then
   return {'gone', ''}
 end
-local head = '{"schema_version":1,"job_id":"' .. job_id .. '","state":"queued","version":'
+local head = '{"schema_version":' .. schema .. ',"job_id":"' .. job_id .. '","state":"queued","version":'
 if string.sub(raw, 1, #head) ~= head then
   return {'as_is', raw}
 end
@@ -33,8 +33,8 @@ if not head_end then
   return {'as_is', raw}
 end
 version = tostring(tonumber(version) + 1)
-local record = '{"schema_version":1,"job_id":"' .. job_id .. '","state":"planning","version":' .. version
-  .. ',"updated_at":' .. ARGV[2] .. ',"worker":' .. ARGV[3] .. ',"lease_until":' .. ARGV[4] .. ','
+local record = '{"schema_version":' .. schema .. ',"job_id":"' .. job_id .. '","state":"planning","version":'
+  .. version .. ',"updated_at":' .. ARGV[2] .. ',"worker":' .. ARGV[3] .. ',"lease_until":' .. ARGV[4] .. ','
   .. string.sub(raw, head_end + 1)
 
 -- every key this call writes holds its own type, or none: else nothing is written

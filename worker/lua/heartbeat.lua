@@ -9,7 +9,8 @@
 -- ARGV[4] what every held:{id} key starts with   ARGV[5] what every boots:{id} key starts with
 -- ARGV[6] what every conflict:{id} key starts with   ARGV[7] how long a boot is remembered once another
 -- took its place, ms   ARGV[8] how long a conflict lasts past its last flip, ms   ARGV[9] the field of
--- stats that counts the heartbeats refused for a conflict
+-- stats that counts the heartbeats refused for a conflict   ARGV[10] the schema version of the records
+-- modelplan writes
 -- then for each node (2): node id, its record's JSON (``NodeRecord`` as modelplan writes it)
 --
 -- A node's score in nodes is when its heartbeat lapses, by the server's clock (as its key's TTL runs), so
@@ -51,16 +52,16 @@
 
 local ttl, maxlen, node_prefix, held_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local boots_prefix, conflict_prefix, remember, clear = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
-local refused_field = ARGV[9]
-local FIRST = 10 -- the first node's id in ARGV
+local refused_field, schema = ARGV[9], ARGV[10]
+local FIRST = 11 -- the first node's id in ARGV
 if not remember or not clear then
   return redis.error_reply('heartbeat.lua: ARGV[7] and ARGV[8] are times in ms')
 end
 
--- A record in modelplan's layout is {<view>,"seq":N,"schema_version":1,"received_at":"<time>"}: its view
+-- A record in modelplan's layout is {<view>,"seq":N,"schema_version":V,"received_at":"<time>"}: its view
 -- is everything but the seq and the time (what a plan reads, and the boot). No value in a record holds a
 -- quote (ids, hold ids, figures), so the first ,"seq": is the key.
-local REST = '^,"seq":(%d+),"schema_version":1,"received_at":"[^"]*"}$'
+local REST = '^,"seq":(%d+),"schema_version":' .. schema .. ',"received_at":"[^"]*"}$'
 
 -- the seq of a record in modelplan's layout whose view is the text before k, else nil
 local function seq_after(raw, k)
@@ -161,7 +162,7 @@ local function put_conflict(node_id, c, flipped)
   end
   local raw = '{"node_id":' .. cjson.encode(node_id) .. ',"boots":[' .. table.concat(boots, ',')
     .. '],"last_boot":' .. cjson.encode(c.last) .. ',"flips":' .. int(c.flips) .. ',"since_ms":'
-    .. int(c.since) .. ',"last_heard_ms":' .. int(now_ms) .. ',"schema_version":1}'
+    .. int(c.since) .. ',"last_heard_ms":' .. int(now_ms) .. ',"schema_version":' .. schema .. '}'
   if flipped then
     redis.call('SET', conflict_prefix .. node_id, raw, 'PX', clear)
     redis.call('ZADD', KEYS[7], int(now_ms + clear), node_id)
