@@ -113,11 +113,22 @@ def _node_patterns(keys: Keys, nodes: str) -> list[str]:
     ]
 
 
+def _heartbeat_selector(keys: Keys, nodes: str) -> str:
+    """A selector for FCALL alone, naming the heartbeat function's keys with the node's ``held`` among them.
+    Redis checks each key handed to FCALL as one the function may both read and write, so the read-only
+    ``held`` pattern above refuses the call; here it is writable, for FCALL alone. Every command the
+    function runs is checked again, against the rules above (where ``held`` is read-only) or this selector
+    (which allows no command but FCALL): the agent still cannot write ``held``, through a function or not."""
+    patterns = [p.replace("%R~", "~", 1) for p in _node_patterns(keys, nodes) if not p.endswith(":job:*")]
+    return "(" + " ".join(patterns) + " +fcall)"
+
+
 def agent_rule(keys: Keys, node_id: str, password: str) -> str:
     """One node's agent: that node's keys alone, the shared hints, and reading what runs there."""
     check_id(node_id, "node_id")
     user = user_name(keys, "agent", node_id)
-    return _rule(user, password, AGENT_COMMANDS + SCRIPTING, _node_patterns(keys, node_id))
+    rule = _rule(user, password, AGENT_COMMANDS + SCRIPTING, _node_patterns(keys, node_id))
+    return rule + " " + _heartbeat_selector(keys, node_id)
 
 
 def relay_rule(keys: Keys, name: str, nodes: str, password: str) -> str:
@@ -126,7 +137,8 @@ def relay_rule(keys: Keys, name: str, nodes: str, password: str) -> str:
     if not NODE_PATTERN.fullmatch(nodes):
         raise ValueError(f"nodes {nodes!r}: give a node id, an id's beginning and *, or *")
     user = user_name(keys, "relay", name)
-    return _rule(user, password, AGENT_COMMANDS + SCRIPTING, _node_patterns(keys, nodes))
+    rule = _rule(user, password, AGENT_COMMANDS + SCRIPTING, _node_patterns(keys, nodes))
+    return rule + " " + _heartbeat_selector(keys, nodes)
 
 
 def client_rule(keys: Keys, client_id: str, password: str) -> str:

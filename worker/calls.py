@@ -24,13 +24,15 @@ Call = tuple[list[str], list[Any]]
 
 def heartbeat_call(k: Keys, beats: Sequence[tuple[str, str]]) -> Call:
     """``heartbeat.lua`` storing ``beats``, each a node's id and its stored record's JSON
-    (``records.stored_json``): the script reads the rest from the record where it needs it."""
+    (``records.stored_json``): the script reads the rest from the record where it needs it. Each node's
+    own keys (``Keys.node_keys``) follow the shared ones, in the order of its heartbeat."""
     keys = [k.nodes, k.epoch, k.wake_signal, k.wake_classes, k.pool_changes, k.pending_classes]
     keys += [k.conflicts, k.stats, k.restarts]
-    args: list[Any] = [C.NODE_TTL_MS, C.POOL_CHANGES_MAXLEN, k.node_prefix, k.held_prefix]
-    args += [k.boots_prefix, k.conflict_prefix, C.BOOT_DISPLACED_MS, C.CONFLICT_CLEAR_MS, CONFLICT_HEARTBEATS]
-    args.append(C.SCHEMA_VERSION)
+    args: list[Any] = [C.NODE_TTL_MS, C.POOL_CHANGES_MAXLEN, C.BOOT_DISPLACED_MS, C.CONFLICT_CLEAR_MS]
+    args += [CONFLICT_HEARTBEATS, C.SCHEMA_VERSION]
+    node_keys = k.node_keys
     for node_id, raw in beats:
+        keys += node_keys(node_id)
         args += [node_id, raw]
     return keys, args
 

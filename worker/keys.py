@@ -111,6 +111,12 @@ names), so that one key pattern covers a deployment's clients. What a worker wri
 bookkeeping (worker registrations, registries of started and failed jobs) RQ names from its
 ``RQ_KEY_PREFIX`` environment variable, ``rq`` by default: set it to ``{prefix}:rq`` for the worker
 processes to keep those under the prefix as well.
+
+Every key a Lua script touches is handed to it in ``KEYS``, never built inside it from a prefix and an id
+(``worker.calls`` builds each call; ``tests/worker/test_script_keys.py`` reads the scripts for a key made
+by concatenation and runs each with a guard that refuses any key it was not handed). That is what Redis
+Cluster asks of a script, so that it can route the call: a deployment there would next need every key of
+a call in one hash slot, a hash tag on the prefix (``{modelplan}:...``) say. Nothing here does that yet.
 """
 
 from __future__ import annotations
@@ -237,11 +243,12 @@ class Keys:
     def node(self, node_id: str) -> str:
         return f"{self._p}node:{check_id(node_id, 'node_id')}"
 
-    @property
-    def node_prefix(self) -> str:
-        """What every ``node:{node_id}`` key starts with: ``heartbeat.lua`` is given each node's id, not its
-        keys, so that a relay's batch sends two arguments a node."""
-        return f"{self._p}node:"
+    def node_keys(self, node_id: str) -> tuple[str, str, str, str]:
+        """A node's own keys as ``heartbeat.lua`` is handed them: ``node``, ``held``, ``boots`` and
+        ``conflict``, the id checked once (a relay's batch builds these for every heartbeat)."""
+        p = self._p
+        check_id(node_id, "node_id")
+        return p + "node:" + node_id, p + "held:" + node_id, p + "boots:" + node_id, p + "conflict:" + node_id
 
     @property
     def nodes(self) -> str:
@@ -250,18 +257,8 @@ class Keys:
     def boots(self, node_id: str) -> str:
         return f"{self._p}boots:{check_id(node_id, 'node_id')}"
 
-    @property
-    def boots_prefix(self) -> str:
-        """What every ``boots:{node_id}`` key starts with (``heartbeat.lua``, as ``node_prefix``)."""
-        return f"{self._p}boots:"
-
     def conflict(self, node_id: str) -> str:
         return f"{self._p}conflict:{check_id(node_id, 'node_id')}"
-
-    @property
-    def conflict_prefix(self) -> str:
-        """What every ``conflict:{node_id}`` key starts with (``heartbeat.lua``, as ``node_prefix``)."""
-        return f"{self._p}conflict:"
 
     @property
     def conflicts(self) -> str:
@@ -277,22 +274,11 @@ class Keys:
         return f"{self._p}held:{check_id(node_id, 'node_id')}"
 
     @property
-    def held_prefix(self) -> str:
-        """What every ``held:{node_id}`` key starts with (``heartbeat.lua``, as ``node_prefix``)."""
-        return f"{self._p}held:"
-
-    @property
     def held_nodes(self) -> str:
         return f"{self._p}holding"
 
     def job(self, job_id: str) -> str:
         return f"{self._p}job:{check_id(job_id, 'job_id')}"
-
-    @property
-    def job_prefix(self) -> str:
-        """What every ``job:{job_id}`` key starts with: ``take_wake.lua`` reads the records of the pending
-        jobs it picks, whose ids it learns only as it runs."""
-        return f"{self._p}job:"
 
     def job_events(self, job_id: str) -> str:
         return f"{self._p}job:{check_id(job_id, 'job_id')}:events"

@@ -341,17 +341,14 @@ class Store(PoolReads, Handoffs, Heartbeats):
     def take_wake_with(self, full: bool, also: Also = None) -> tuple[Woken, list[Any]]:
         """A wake-up pass starts (``take_wake.lua``): the classes freed since the last pass, and the
         pending jobs that capacity freed there could serve (every pending job, ``full``), in priority then
-        arrival order, each with its record as ``jobs`` gives it; with what ``also`` reads in the same
-        round trip (its replies come second)."""
+        arrival order, each with its record as ``jobs`` gives it (read in a second round trip: the script
+        is handed no key it learns as it runs); with what ``also`` reads in the same round trip as the
+        script (its replies come second)."""
         k = self.keys
         keys = [k.wake_signal, k.wake_classes, k.pending, k.pending_for]
-        (classes, ids, raws), replies = self.run_with("take_wake", keys, [k.job_prefix, int(full)], also)
-        picked = [
-            (j, _job_or_bad(k.job(j), raw))
-            for member, raw in zip(ids, raws, strict=True)
-            for j in self.valid_ids([member], k.pending, "a job id", "skipped")
-        ]
-        return ({text(c) for c in classes}, picked), replies
+        (classes, members), replies = self.run_with("take_wake", keys, [int(full)], also)
+        ids = self.valid_ids(members, k.pending, "a job id", "skipped")
+        return ({text(c) for c in classes}, list(zip(ids, self.jobs(ids), strict=True))), replies
 
     def recount_pending(self) -> int:
         """Count ``pending:classes`` anew from ``pending:for``, in one step; the number of pending jobs."""

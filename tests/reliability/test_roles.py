@@ -21,6 +21,7 @@ from worker import maintenance
 from worker.errors import NotOwner, OverQuota, RedisForbidden
 from worker.keys import Keys
 from worker.records import JobRecord, JobState
+from worker.scripts import script
 
 PLACED_WITHIN_S = 2.0
 """How soon after an attack a valid job is placed by a running worker."""
@@ -116,6 +117,25 @@ def test_an_agent_cannot_speak_for_another_node(cluster: Roles) -> None:
 
     lines = [f.line() for f in refusals(status.redis, status.keys) or []]
     assert any("modelplan.agent.n1" in line and "modelplan:node:n2" in line for line in lines), lines
+
+
+def test_an_agent_names_its_holds_to_the_heartbeat_but_cannot_write_them(cluster: Roles) -> None:
+    """The heartbeat function is handed the node's ``held:{id}`` (which Redis checks as a key it may
+    write); the agent's rules allow that for FCALL alone: a function it calls with its holds as the key a
+    function deletes (``signal_pass`` deletes a ``wake:signal`` that is not a list) is refused there."""
+    n1 = cluster.client("agent", "n1")
+    assert n1.heartbeat(hb("n1", gpus=1))
+    a = cluster.client("client", "svc-a", client_id="svc-a")
+    job = a.submit(request(), job_id="held")
+    placed(a, job)
+    before = cluster.admin().hgetall(K.held("n1"))
+    assert len(before) == 1
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        n1.redis.delete(K.held("n1"))
+    with pytest.raises(redis.ResponseError, match="access at least one of the keys"):
+        script(n1.redis, "signal_pass")(keys=[K.held("n1"), K.wake_classes], args=[0])
+    assert cluster.admin().hgetall(K.held("n1")) == before
+    assert n1.heartbeat(hb("n1", gpus=1, free=0, seq=2))  # and its heartbeats go on
 
 
 def test_forged_change_feed_entries_decide_nothing(cluster: Roles) -> None:

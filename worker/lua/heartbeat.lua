@@ -4,12 +4,12 @@
 --
 -- KEYS[1] nodes   KEYS[2] epoch   KEYS[3] wake:signal   KEYS[4] wake:classes   KEYS[5] pool:changes
 -- KEYS[6] pending:classes   KEYS[7] conflicts   KEYS[8] stats   KEYS[9] restarts
+-- then for each node (4), in the order of its heartbeat in ARGV: node:{id}, held:{id}, boots:{id},
+-- conflict:{id}
 --
--- ARGV[1] node TTL, ms   ARGV[2] pool:changes MAXLEN   ARGV[3] what every node:{id} key starts with
--- ARGV[4] what every held:{id} key starts with   ARGV[5] what every boots:{id} key starts with
--- ARGV[6] what every conflict:{id} key starts with   ARGV[7] how long a boot is remembered once another
--- took its place, ms   ARGV[8] how long a conflict lasts past its last flip, ms   ARGV[9] the field of
--- stats that counts the heartbeats refused for a conflict   ARGV[10] the schema version of the records
+-- ARGV[1] node TTL, ms   ARGV[2] pool:changes MAXLEN   ARGV[3] how long a boot is remembered once another
+-- took its place, ms   ARGV[4] how long a conflict lasts past its last flip, ms   ARGV[5] the field of
+-- stats that counts the heartbeats refused for a conflict   ARGV[6] the schema version of the records
 -- modelplan writes
 -- then for each node (2): node id, its record's JSON (``NodeRecord`` as modelplan writes it)
 --
@@ -50,12 +50,15 @@
 -- checked, so that a caller that may not queue work (an agent's login) leaves no restart unchecked. {'wrongtype', key} when a key the call may write holds another type:
 -- nothing written.
 
-local ttl, maxlen, node_prefix, held_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local boots_prefix, conflict_prefix, remember, clear = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
-local refused_field, schema = ARGV[9], ARGV[10]
-local FIRST = 11 -- the first node's id in ARGV
+local ttl, maxlen, remember, clear = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local refused_field, schema = ARGV[5], ARGV[6]
+local FIRST = 7 -- the first node's id in ARGV
+local SHARED = 9 -- the keys before the first node's
 if not remember or not clear then
-  return redis.error_reply('heartbeat.lua: ARGV[7] and ARGV[8] are times in ms')
+  return redis.error_reply('heartbeat.lua: ARGV[3] and ARGV[4] are times in ms')
+end
+if (#ARGV - FIRST + 1) % 2 ~= 0 or #KEYS ~= SHARED + 2 * (#ARGV - FIRST + 1) then
+  return redis.error_reply('heartbeat.lua: each node takes two arguments (id, record) and four keys')
 end
 
 -- A record in modelplan's layout is {<view>,"seq":N,"schema_version":V,"received_at":"<time>"}: its view
@@ -154,7 +157,7 @@ local function conflict_of(raw)
 end
 
 -- writes a node's conflict record (PX: a flip starts its time again; else KEEPTTL) and remembers its boots
-local function put_conflict(node_id, c, flipped)
+local function put_conflict(node_id, conflict_key, boots_key, c, flipped)
   local boots = {}
   for _, b in ipairs(c.boots) do
     boots[#boots + 1] = '{"boot_id":' .. cjson.encode(b[1]) .. ',"heard_ms":' .. int(b[2]) .. ',"seq":'
@@ -164,18 +167,18 @@ local function put_conflict(node_id, c, flipped)
     .. '],"last_boot":' .. cjson.encode(c.last) .. ',"flips":' .. int(c.flips) .. ',"since_ms":'
     .. int(c.since) .. ',"last_heard_ms":' .. int(now_ms) .. ',"schema_version":' .. schema .. '}'
   if flipped then
-    redis.call('SET', conflict_prefix .. node_id, raw, 'PX', clear)
+    redis.call('SET', conflict_key, raw, 'PX', clear)
     redis.call('ZADD', KEYS[7], int(now_ms + clear), node_id)
   else
-    redis.call('SET', conflict_prefix .. node_id, raw, 'KEEPTTL')
+    redis.call('SET', conflict_key, raw, 'KEEPTTL')
   end
-  remember_boots(boots_prefix .. node_id, c.boots)
+  remember_boots(boots_key, c.boots)
   refused = refused + 1
   return 'conflict', 0
 end
 
 -- a heartbeat of a node id in conflict: refused, its boot and seq noted
-local function in_conflict(node_id, raw, new)
+local function in_conflict(node_id, conflict_key, boots_key, raw, new)
   local c = conflict_of(raw) or {boots = {}, flips = 0, since = now_ms, last = new.boot_id}
   local heard = nil
   for _, b in ipairs(c.boots) do
@@ -195,11 +198,11 @@ local function in_conflict(node_id, raw, new)
   if flipped then
     c.flips, c.last = c.flips + 1, new.boot_id
   end
-  return put_conflict(node_id, c, flipped)
+  return put_conflict(node_id, conflict_key, boots_key, c, flipped)
 end
 
 -- a boot heard again after another took its place (memory: remembered's): the node leaves the pool
-local function begin_conflict(node_id, node_key, memory, new, old)
+local function begin_conflict(node_id, node_key, conflict_key, boots_key, memory, new, old)
   local boots = {}
   for _, b in ipairs(memory) do
     if b[1] == new.boot_id then
@@ -217,11 +220,12 @@ local function begin_conflict(node_id, node_key, memory, new, old)
       table.remove(refreshed, i)
     end
   end
-  return put_conflict(node_id, {boots = boots, flips = 1, since = now_ms, last = new.boot_id}, true)
+  return put_conflict(node_id, conflict_key, boots_key, {boots = boots, flips = 1, since = now_ms, last = new.boot_id},
+                      true)
 end
 
-local function beat(node_id, raw)
-  local node_key = node_prefix .. node_id
+-- one node's heartbeat, its keys node:{id}, held:{id}, boots:{id}, conflict:{id}
+local function beat(node_id, raw, node_key, held_key, boots_key, conflict_key)
   local old_raw = redis.call('GET', node_key)
   if old_raw then
     -- a refresh: the same view (boot, figures and all) under a later seq frees nothing and restarts nothing
@@ -244,9 +248,9 @@ local function beat(node_id, raw)
   end
   if not old_raw then
     -- a node in conflict has no record: only then is there one to look for
-    local conflict_raw = redis.call('GET', conflict_prefix .. node_id)
+    local conflict_raw = redis.call('GET', conflict_key)
     if conflict_raw then
-      return in_conflict(node_id, conflict_raw, new)
+      return in_conflict(node_id, conflict_key, boots_key, conflict_raw, new)
     end
   end
   local class = type(new.gpu_class) == 'string' and new.gpu_class or ''
@@ -269,18 +273,18 @@ local function beat(node_id, raw)
         freed[class] = true
       end
     else
-      memory = remembered(boots_prefix .. node_id)
+      memory = remembered(boots_key)
       for _, b in ipairs(memory) do
         if b[1] == new.boot_id then
           if b[3] >= new.seq then
             return 'stale', 0
           end
-          return begin_conflict(node_id, node_key, memory, new, old)
+          return begin_conflict(node_id, node_key, conflict_key, boots_key, memory, new, old)
         end
       end
       restarted = 1
     end
-  elseif redis.call('HLEN', held_prefix .. node_id) > 0 then
+  elseif redis.call('HLEN', held_key) > 0 then
     -- back after a lapse: which boot its reservations were made on is for the caller to check
     restarted = 1
   end
@@ -297,10 +301,10 @@ local function beat(node_id, raw)
       end
     end
     boots[#boots + 1] = {old.boot_id, now_ms, old.seq}
-    remember_boots(boots_prefix .. node_id, boots)
+    remember_boots(boots_key, boots)
   end
   store(node_key, node_id, raw, false)
-  if restarted == 1 and redis.call('HLEN', held_prefix .. node_id) > 0 then
+  if restarted == 1 and redis.call('HLEN', held_key) > 0 then
     -- for a worker to check, whoever called: the caller may not queue work (an agent's login may not)
     redis.call('SADD', KEYS[9], node_id)
   end
@@ -308,7 +312,8 @@ local function beat(node_id, raw)
 end
 
 for a = FIRST, #ARGV, 2 do
-  local code, restarted = beat(ARGV[a], ARGV[a + 1])
+  local at = SHARED + 2 * (a - FIRST) -- the node's keys follow
+  local code, restarted = beat(ARGV[a], ARGV[a + 1], KEYS[at + 1], KEYS[at + 2], KEYS[at + 3], KEYS[at + 4])
   out[#out + 1] = code
   out[#out + 1] = restarted
 end

@@ -1,20 +1,21 @@
 -- take_wake.lua: a wake-up pass starts: takes the classes freed since the last pass, and the pending jobs
--- that capacity freed there could serve, in priority then arrival order, with their records. A token on
--- wake:signal goes too (one signalled after the waker took its own): this pass covers every class freed
--- until now, and capacity freed from here on signals another.
+-- that capacity freed there could serve, in priority then arrival order. A token on wake:signal goes too
+-- (one signalled after the waker took its own): this pass covers every class freed until now, and
+-- capacity freed from here on signals another.
 --
--- A pending job is picked when the pass is full (ARGV[2] is 1, or '*' was freed: a node joined or came
--- back, or a record was dropped; or wake:classes is not a set, taken as '*' and deleted), when pending:for does not say what it waits for, when it waits for
--- 'any' class, or when one of the classes it waits for (comma-joined) was freed (each freed entry may be
--- comma-joined too).
+-- A pending job is picked when the pass is full (ARGV[1] is 1, or '*' was freed: a node joined or came
+-- back, or a record was dropped; or wake:classes is not a set, taken as '*' and deleted), when
+-- pending:for does not say what it waits for, when it waits for 'any' class, or when one of the classes
+-- it waits for (comma-joined) was freed (each freed entry may be comma-joined too).
 --
 -- KEYS[1] wake:signal   KEYS[2] wake:classes   KEYS[3] pending   KEYS[4] pending:for
--- ARGV[1] what every job:{id} key starts with   ARGV[2] 1 for a full pass, else 0
--- Returns {the freed classes, the picked job ids, their records (nil where there is none)}.
+-- ARGV[1] 1 for a full pass, else 0
+-- Returns {the freed classes, the picked job ids}: the caller reads their records (their keys are known
+-- only once the script has picked them, and a script touches no key it was not handed).
 
 local BATCH = 1000 -- ids per HMGET: unpack takes a few thousand values at most
 
-local full = ARGV[2] == '1'
+local full = ARGV[1] == '1'
 -- wake:classes of another type (anyone who may write the prefix can) stands for every class freed
 local classes = {'*'}
 local kind = redis.call('TYPE', KEYS[2]).ok
@@ -47,15 +48,14 @@ local function woken(waits_for)
 end
 
 local ids = redis.call('ZRANGE', KEYS[3], 0, -1)
-local picked, records = {}, {}
+local picked = {}
 for i = 1, #ids, BATCH do
   local fors = redis.call('HMGET', KEYS[4], unpack(ids, i, math.min(i + BATCH - 1, #ids)))
   for j = 1, #fors do
     local id = ids[i + j - 1]
     if woken(fors[j]) then
       picked[#picked + 1] = id
-      records[#records + 1] = redis.call('GET', ARGV[1] .. id)
     end
   end
 end
-return {classes, picked, records}
+return {classes, picked}
