@@ -8,7 +8,8 @@ lately are kept by their exact text: a record whose request is one of them is va
 rest of the record, with the request cut out) and given the kept request, and a record is written from
 the rest of it and the request's kept text. What either gives is exactly what ``JobRecord``'s own
 ``model_validate_json`` and ``model_dump_json`` give; anything else (a request not seen yet, a record
-laid out otherwise, one that does not validate) takes the whole way.
+laid out otherwise, one that does not validate) takes the whole way. The layout it cuts at is
+``worker.layout``'s (``REQUEST_AT``, ``REQUEST_END``).
 
 Pure: no I/O. Kept per process, at most ``KEPT`` requests.
 """
@@ -17,15 +18,12 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from worker.layout import REQUEST_AT as _AT
+from worker.layout import REQUEST_END as _END
 from worker.records import JobRecord, ServeRequest, read_record
 
 KEPT = 256
 """Requests kept by their text (and texts by their request): past it, all are forgotten and kept anew."""
-
-_AT = ',"request":'
-_END = ',"wanted":'
-"""What stands around a record's request in its text: the field before it (``lease_until``) is a
-scalar, and no field of a request is named ``wanted``, so the first of each after the head is the one."""
 
 
 class _Rest(JobRecord):

@@ -2,7 +2,8 @@
 --
 -- A queued record is taken only in the form modelplan writes it: its head (schema version, id, state,
 -- version, updated_at, worker, lease_until: the first fields of every record, in this order) with no
--- worker and no lease. The head is written anew and the rest kept as it is, so the record is not decoded.
+-- worker and no lease (worker/layout.py: JOB_HEAD). The head is written anew and the rest kept as it is,
+-- so the record is not decoded.
 -- Any other record (planning under a lapsed lease, settled, unreadable) is returned as it is, for the
 -- caller to decide on in full.
 --

@@ -39,8 +39,9 @@ local place_at, clear_at = 16, 16 + 5 * n_place
 local clear_key_at = 13 + 2 * n_place
 
 -- A record's version, read from the head that modelplan's records start with (their first four fields,
--- in this order; ids and states carry no quote): decoding a whole record with its request and
--- alternatives costs some 150 us on every commit. Anything else is decoded in full; nil when that fails.
+-- in this order, worker/layout.py's JOB_VERSION_HEAD; ids and states carry no quote): decoding a whole
+-- record with its request and alternatives costs some 150 us on every commit. Anything else is decoded in
+-- full; nil when that fails.
 local function version_of(raw)
   local v = string.match(raw, '^{"schema_version":%d+,"job_id":"[%w._-]*","state":"%l+","version":(%d+),')
   if v then
