@@ -72,8 +72,8 @@ def test_every_stored_record_holds_its_layout(client: Client) -> None:
     for name, raw in raws.items():
         assert job_layout_problems(raw.decode()) == [], name
     for node in ("gpu-1", "gpu-2", "gpu-3"):
-        raw = client.redis.get(client.keys.node(node))
-        assert raw is not None and node_layout_problems(raw.decode()) == [], node
+        stored: Any = client.redis.get(client.keys.node(node))
+        assert stored is not None and node_layout_problems(stored.decode()) == [], node
 
 
 def test_a_record_in_another_order_is_found_out() -> None:
