@@ -190,6 +190,7 @@ class Keys:
             raise BadId("prefix", prefix, PREFIX_MAX)
         self.prefix = prefix
         self._p = prefix + ":"
+        self._node_families = (self._p + "node:", self._p + "held:", self._p + "boots:", self._p + "conflict:")
 
     @property
     def queue_name(self) -> str:
@@ -246,9 +247,9 @@ class Keys:
     def node_keys(self, node_id: str) -> tuple[str, str, str, str]:
         """A node's own keys as ``heartbeat.lua`` is handed them: ``node``, ``held``, ``boots`` and
         ``conflict``, the id checked once (a relay's batch builds these for every heartbeat)."""
-        p = self._p
         check_id(node_id, "node_id")
-        return p + "node:" + node_id, p + "held:" + node_id, p + "boots:" + node_id, p + "conflict:" + node_id
+        node, held, boots, conflict = self._node_families
+        return node + node_id, held + node_id, boots + node_id, conflict + node_id
 
     @property
     def nodes(self) -> str:

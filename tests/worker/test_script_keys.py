@@ -19,7 +19,8 @@ from producer import Client
 from tests.worker.helpers import drain, hb, request
 from worker import constants as C
 from worker import maintenance, scripts
-from worker.errors import BadRecord
+from worker.errors import BadId, BadRecord
+from worker.keys import Keys
 from worker.records import JobRecord, JobState
 
 KEYLESS = {"TIME"}
@@ -287,3 +288,10 @@ def test_every_script_run_by_its_caller_touches_only_the_keys_it_was_handed(
     assert client.redis.hgetall(k.held("gpu-3")) == {}
     assert ran == set(scripts.NAMES)
     client.redis.close()
+
+
+def test_a_nodes_keys_for_the_heartbeat_are_its_keys() -> None:
+    k = Keys("mp")
+    assert k.node_keys("gpu-1") == (k.node("gpu-1"), k.held("gpu-1"), k.boots("gpu-1"), k.conflict("gpu-1"))
+    with pytest.raises(BadId):
+        k.node_keys("gpu-1:x")
