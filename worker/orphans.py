@@ -20,6 +20,7 @@ from worker import logs
 from worker.errors import BadRecord
 from worker.jobtext import read_job
 from worker.keys import HOLD_PATTERN, job_of_hold
+from worker.replies import Reply
 from worker.scripts import script, text
 from worker.store import Store
 
@@ -73,7 +74,7 @@ def _clear_due(store: Store, seen: Seen) -> int:
         keys += [k.held(o.node_id), k.job(job_of_hold(o.hold_id))]
         args += [o.node_id, o.hold_id, o.value_sum, o.record_sum]
     cleared, detail = script(store.redis, "reclaim_holds")(keys=keys, args=args)
-    if int(cleared) < 0:
+    if not isinstance(cleared, int) and Reply.of(cleared) is Reply.WRONGTYPE:
         raise BadRecord(text(detail), "not of the type modelplan keeps there: no hold is reclaimed until it is")
     for o in due:  # cleared, or changed since: judged afresh when next looked at
         del seen.orphans[(o.node_id, o.hold_id)]

@@ -28,8 +28,8 @@ class Reply(StrEnum):
     SILENT = "silent"
     """``transition``: a node has no live heartbeat that decodes (detail: the node); nothing written."""
     WRONGTYPE = "wrongtype"
-    """``transition``, ``claim``, ``quarantine_job``, ``heartbeat``: a key the call would write holds
-    another type (detail: the key); nothing written."""
+    """``transition``, ``claim``, ``quarantine_job``, ``heartbeat``, ``reclaim_holds``: a key the call
+    would write holds another type (detail: the key); nothing written."""
     PLANNING = "planning"
     """``claim``: the queued job was taken into planning (with the record as now stored)."""
     AS_IS = "as_is"

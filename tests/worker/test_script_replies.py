@@ -3,11 +3,16 @@ no worker module compares a script's code with a bare string."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+import time
 from pathlib import Path
 
 import pytest
 
+from producer import Client
+from worker import orphans
+from worker.errors import BadRecord
 from worker.replies import Reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,3 +85,16 @@ def test_the_comparison_check_finds_one() -> None:
     assert COMPARED.search('        if out.code in ("full", "silent"):')
     assert COMPARED.search("if code == 'gone':")
     assert not COMPARED.search("if code is Reply.GONE:")
+
+
+def test_reclaiming_holds_past_a_key_of_another_type_writes_nothing_and_names_it(client: Client) -> None:
+    k = client.keys
+    client.redis.hset(k.held("gpu-1"), "ghost:0:1", '{"gpus":1,"host_gb":0}')
+    client.redis.set(k.held_nodes, "not a set")
+    seen = orphans.Seen()
+    value_sum = hashlib.sha1(b'{"gpus":1,"host_gb":0}', usedforsecurity=False).hexdigest()
+    orphan = orphans.Orphan("gpu-1", "ghost:0:1", "its job has no record", value_sum, "", time.monotonic() - 3600)
+    seen.orphans[("gpu-1", "ghost:0:1")] = orphan
+    with pytest.raises(BadRecord, match=f"{k.held_nodes}.*not of the type"):
+        orphans.reclaim(client.store, seen)
+    assert client.redis.hgetall(k.held("gpu-1")) == {b"ghost:0:1": b'{"gpus":1,"host_gb":0}'}

@@ -12,18 +12,18 @@
 -- ARGV[3..] n x (node id, hold id, SHA-1 of the hold's value, SHA-1 of the job's record or '' for none)
 --
 -- Returns {holds cleared, wake}: wake 1 when it pushed a token. A shared key of the wrong type is
--- {-1, its key}: nothing written.
+-- {'wrongtype', its key}: nothing written.
 
 local n = tonumber(ARGV[2])
 local kinds = {[1] = {string = true}, [3] = {set = true}, [4] = {set = true}, [5] = {stream = true}}
 for i, allowed in pairs(kinds) do
   local kind = redis.call('TYPE', KEYS[i]).ok
   if kind ~= 'none' and not allowed[kind] then
-    return {-1, KEYS[i]}
+    return {'wrongtype', KEYS[i]}
   end
 end
 if redis.call('TYPE', KEYS[1]).ok == 'string' and not string.match(redis.call('GET', KEYS[1]), '^-?%d+$') then
-  return {-1, KEYS[1]}
+  return {'wrongtype', KEYS[1]}
 end
 
 -- every check before the first write
