@@ -23,8 +23,8 @@
 --
 -- Most heartbeats are refreshes, so a refresh is told from the text alone, without decoding it, in the
 -- layout modelplan writes: everything a plan reads, then the seq, then the schema version and when it
--- arrived, last (worker/layout.py: NODE_TAIL, SEQ_AT). A record in any other layout (an older version's, one written by hand) is
--- decoded and stored as a change: the same outcome, with its record on the stream.
+-- arrived, last (worker/layout.py: NODE_TAIL, SEQ_AT). A record in any other layout (an older version's,
+-- one written by hand) is decoded and stored as a change: the same outcome, with its record on the stream.
 --
 -- Capacity freed bumps the epoch (a plan made before it must not commit a wait); it signals a wake-up
 -- pass (a token on wake:signal, which a worker's waker takes) only for a class that some pending job
