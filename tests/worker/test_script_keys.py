@@ -31,6 +31,8 @@ KEYS_ITEM = re.compile(r"KEYS\[[^\].]*\]")
 """``KEYS[...]`` with an index that holds no concatenation (``KEYS[13 + 2 * i]``)."""
 NAME = re.compile(r"([A-Za-z_]\w*)(\[[^\]]*\])?")
 STRING = re.compile(r"'[^']*'")
+ASSIGNMENT = re.compile(r"^[ \t]*(?:local[ \t]+)?([A-Za-z_][\w \t,\[\]#+*-]*?)[ \t]*=(?!=)", re.M)
+"""An assignment at the start of a line: its targets (``local a, b``, ``spec[#spec + 1]``)."""
 
 
 def code_of(lua: str) -> str:
@@ -71,12 +73,13 @@ def argument(code: str, start: int, line: bool = False) -> tuple[str, int]:
     return code[start:i].strip(), i
 
 
-def arguments(code: str, start: int) -> list[str]:
-    """The arguments of a call whose ``(`` is just before ``start``."""
+def arguments(code: str, start: int, line: bool = False) -> list[str]:
+    """The arguments of a call whose ``(`` is just before ``start`` (``line``: the values of an
+    assignment, up to the end of its line at their depth)."""
     out = []
     i = start
     while True:
-        arg, i = argument(code, i)
+        arg, i = argument(code, i, line)
         if arg:
             out.append(arg)
         if i >= len(code) or code[i] != ",":
@@ -142,8 +145,16 @@ class Reader:
         """What ``name`` is ever given: assignments (``local x = ...``, ``x = ...``, ``x[...] = ...``), and
         the argument in its place at every call of a function it is a parameter of."""
         out = []
-        for m in re.finditer(rf"(?<![\w.]){name}(?:\[[^\]]*\])?\s*=(?!=)", self.code):
-            out.append(argument(self.code, m.end(), line=True)[0])
+        for m in ASSIGNMENT.finditer(self.code):
+            targets = [t.strip() for t in m.group(1).split(",")]
+            values = arguments(self.code, m.end(), line=True)
+            for i, target in enumerate(targets):
+                bound = NAME.fullmatch(target)
+                if bound is not None and bound.group(1) == name:
+                    # a value past the last given is nil, or one of several a call returns: not a key
+                    out.append(values[i] if i < len(values) and len(values) >= len(targets) else "nil")
+        if re.search(rf"\bfor\s+\w+\s*,\s*{name}\s+in\s+ipairs\(KEYS\)", self.code):
+            out.append("KEYS[i]")
         for function, params in self.functions.items():
             if name in params:
                 at = params.index(name)
@@ -171,6 +182,9 @@ def test_every_key_a_script_names_comes_from_keys(name: str) -> None:
         "local spec = {KEYS[1], 'hash'}\nspec[#spec + 1] = ARGV[2] .. ':x'\n"
         "local function t(spec) return redis.call('TYPE', spec[1]) end\nt(spec)",
         "redis.call('GET', ARGV[1])",
+        "local held_key, node_key = KEYS[1], ARGV[1] .. ':x'\nredis.call('HLEN', node_key)",
+        "local node_key, held_key = KEYS[1]\nredis.call('HLEN', held_key)",
+        "local key\nkey = KEYS[1]\nkey = key .. ':x'\nredis.call('GET', key)",
     ],
 )
 def test_the_reader_finds_a_key_made_in_the_script(lua: str) -> None:
@@ -183,10 +197,11 @@ def test_the_reader_follows_keys_through_names_and_calls() -> None:
         "local function f(k, n) redis.call('HLEN', k) end\n"
         "local held_key = KEYS[4 + 2 * i]\nf(held_key, ARGV[1] .. 'x')\n"
         "local spec = {KEYS[2], 'stream'}\nspec[#spec + 1] = KEYS[3]\nredis.call('TYPE', spec[1])\n"
-        "redis.call('TIME')"
+        "redis.call('TIME')\nlocal a, b = KEYS[1], KEYS[2]\nredis.call('GET', b)\n"
+        "for _, key in ipairs(KEYS) do redis.call('TYPE', key) end"
     )
     reader = Reader(lua)
-    assert reader.keys_named() == ["k", "spec[1]"]
+    assert reader.keys_named() == ["k", "spec[1]", "b", "key"]
     assert all(reader.is_key(k) for k in reader.keys_named())
 
 
