@@ -42,6 +42,12 @@ MAINTENANCE_INTERVAL_S = 2.0
 """How often a worker looks for expired leases, silent nodes and stalled jobs. Only one worker at a time
 does it (a lock), so more workers do not mean more sweeps."""
 
+NODE_KEYS_KEPT = 10_000
+"""Nodes whose four keys a ``Keys`` keeps made for ``heartbeat.lua`` (some 400 bytes each, 4 MB at most):
+a relay publishes the same racks' nodes every interval, and making them anew (the id checked, four strings
+joined) took some 1 us a node, four times the rest of building a call; past this many, all are forgotten
+and made again as they come."""
+
 HEARTBEAT_BATCH = 200
 """Heartbeats stored by one ``heartbeat.lua`` call: a relay's batch is split into calls of this many, so
 that no one call holds Redis for long."""

@@ -123,7 +123,7 @@ from __future__ import annotations
 
 import re
 
-from worker.constants import DEFAULT_PREFIX
+from worker.constants import DEFAULT_PREFIX, NODE_KEYS_KEPT
 from worker.errors import BadId
 
 PREFIX_MAX = 64
@@ -191,6 +191,7 @@ class Keys:
         self.prefix = prefix
         self._p = prefix + ":"
         self._node_families = (self._p + "node:", self._p + "held:", self._p + "boots:", self._p + "conflict:")
+        self._node_keys: dict[str, tuple[str, str, str, str]] = {}
 
     @property
     def queue_name(self) -> str:
@@ -246,10 +247,16 @@ class Keys:
 
     def node_keys(self, node_id: str) -> tuple[str, str, str, str]:
         """A node's own keys as ``heartbeat.lua`` is handed them: ``node``, ``held``, ``boots`` and
-        ``conflict``, the id checked once (a relay's batch builds these for every heartbeat)."""
-        check_id(node_id, "node_id")
-        node, held, boots, conflict = self._node_families
-        return node + node_id, held + node_id, boots + node_id, conflict + node_id
+        ``conflict``. A relay's batch needs these for every heartbeat, of the same nodes again and again:
+        they are kept by node id (up to ``NODE_KEYS_KEPT``), the id checked when they are made."""
+        found = self._node_keys.get(node_id)
+        if found is None:
+            check_id(node_id, "node_id")
+            if len(self._node_keys) >= NODE_KEYS_KEPT:
+                self._node_keys.clear()
+            node, held, boots, conflict = self._node_families
+            found = self._node_keys[node_id] = (node + node_id, held + node_id, boots + node_id, conflict + node_id)
+        return found
 
     @property
     def nodes(self) -> str:

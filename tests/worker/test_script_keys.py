@@ -18,6 +18,7 @@ import redis
 from producer import Client
 from tests.worker.helpers import drain, hb, request
 from worker import constants as C
+from worker import keys as keys_module
 from worker import maintenance, scripts
 from worker.errors import BadId, BadRecord
 from worker.keys import Keys
@@ -305,8 +306,14 @@ def test_every_script_run_by_its_caller_touches_only_the_keys_it_was_handed(
     client.redis.close()
 
 
-def test_a_nodes_keys_for_the_heartbeat_are_its_keys() -> None:
+def test_a_nodes_keys_for_the_heartbeat_are_its_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keys_module, "NODE_KEYS_KEPT", 3)
     k = Keys("mp")
-    assert k.node_keys("gpu-1") == (k.node("gpu-1"), k.held("gpu-1"), k.boots("gpu-1"), k.conflict("gpu-1"))
-    with pytest.raises(BadId):
-        k.node_keys("gpu-1:x")
+    for n in range(5):  # past the bound: forgotten and made again
+        node = f"gpu-{n}"
+        assert k.node_keys(node) == (k.node(node), k.held(node), k.boots(node), k.conflict(node))
+        assert k.node_keys(node) == (k.node(node), k.held(node), k.boots(node), k.conflict(node))
+        assert len(k._node_keys) <= 3
+    for _ in range(2):  # refused each time, never kept
+        with pytest.raises(BadId):
+            k.node_keys("gpu-1:x")
