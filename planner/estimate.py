@@ -47,11 +47,15 @@ from planner.constants import (
     vllm_overhead_bytes,
 )
 from planner.model import Shape
+from planner.settings import NO_SETTINGS, LlamacppRun, LlamacppSettings, Settings, VllmRun, llamacpp_run
 
 Estimate = Literal["measured", "seed"]
 ESTIMATES: tuple[Estimate, ...] = get_args(Estimate)
 DEFAULT_ESTIMATE: Estimate = "measured"
 """What a plan counts with when neither the request nor the deployment names an estimate."""
+
+LLAMACPP_DEFAULTS = llamacpp_run(LlamacppSettings())
+"""llama-server as it starts with no settings given."""
 
 LONG_CONTEXT = 32_768
 """Past this many tokens of context the profiles have no row (they were taken at 2k-32k)."""
@@ -186,9 +190,12 @@ def vllm_card(
     context: int = 0,
     batched_tokens: int = VLLM_BATCHED_TOKENS,
     max_seqs: int = VLLM_MAX_SEQS,
+    enforce_eager: bool = False,
     fit: VllmFit = VLLM_FIT,
 ) -> Need:
-    """One card of a vLLM replica holding ``weights`` and ``kv`` bytes (its share of each).
+    """One card of a vLLM replica holding ``weights`` and ``kv`` bytes (its share of each), started with
+    ``batched_tokens`` and ``max_seqs`` (the API server's defaults on an H100 unless given), and without
+    CUDA graphs where ``enforce_eager``.
 
     ``measured`` counts what vLLM holds within its ``--gpu-memory-utilization`` share, CUDA graphs
     included (vLLM profiles them into the share since 0.21): the CUDA context and NCCL's set-up, taken
@@ -198,7 +205,7 @@ def vllm_card(
     parts = (
         ("non-torch", vllm_non_torch(tp, pp, fit=fit)),
         ("activation peak", vllm_activation(shape, batched_tokens=batched_tokens, max_seqs=max_seqs, fit=fit)),
-        ("CUDA graphs", vllm_graphs(shape, tp, pp, fit=fit)),
+        ("CUDA graphs", 0 if enforce_eager else vllm_graphs(shape, tp, pp, fit=fit)),
     )
     return _need(weights, kv, parts, thin_data(shape, context))
 
@@ -211,31 +218,44 @@ def llamacpp_compute(shape: EngineShape, context: int, *, ubatch: int = LLAMACPP
 
 
 def llamacpp_card(
-    weights: int, kv: int, shape: EngineShape, *, context: int, estimate: Estimate = DEFAULT_ESTIMATE
+    weights: int,
+    kv: int,
+    shape: EngineShape,
+    *,
+    context: int,
+    estimate: Estimate = DEFAULT_ESTIMATE,
+    run: LlamacppRun = LLAMACPP_DEFAULTS,
 ) -> Need:
-    """One card of a llama.cpp replica holding ``weights`` and ``kv`` bytes (its share by layer). Each card
-    of a split has its own CUDA context and compute buffer, so each counts them whole."""
+    """One card of a llama.cpp replica holding ``weights`` and ``kv`` bytes (its share by layer), run with
+    ``run``'s settings. Each card of a split has its own CUDA context and compute buffer, so each counts
+    them whole."""
     if estimate == "seed":
         return _need(weights, kv, (("1 GiB + weights/20", gguf_overhead_bytes(weights)),))
+    cells = run.cache_tokens(context)
     parts = (
         ("CUDA context", LLAMACPP_CUDA_CONTEXT),
-        ("compute buffer", llamacpp_compute(shape, context)),
+        ("compute buffer", llamacpp_compute(shape, cells, ubatch=run.ubatch)),
         ("cuBLAS and pools", LLAMACPP_CARD_FIXED),
     )
     return _need(weights, kv, parts, thin_data(shape, context))
 
 
 def llamacpp_host(
-    weights: int, kv: int, shape: EngineShape, *, context: int, estimate: Estimate = DEFAULT_ESTIMATE
+    weights: int,
+    kv: int,
+    shape: EngineShape,
+    *,
+    context: int,
+    estimate: Estimate = DEFAULT_ESTIMATE,
+    run: LlamacppRun = LLAMACPP_DEFAULTS,
 ) -> Need:
     """A llama.cpp replica in a node's RAM, the whole file mapped in (a CPU build)."""
     if estimate == "seed":
         return _need(weights, kv, (("1 GiB + weights/20", gguf_overhead_bytes(weights)),))
     hidden = shape.hidden or UNKNOWN_HIDDEN
-    parts = (
-        ("compute buffer", llamacpp_compute(shape, context) + LLAMACPP_UBATCH * hidden * LLAMACPP_HOST_HIDDEN_BYTES),
-        ("process", LLAMACPP_HOST_FIXED),
-    )
+    cells = run.cache_tokens(context)
+    compute = llamacpp_compute(shape, cells, ubatch=run.ubatch) + run.ubatch * hidden * LLAMACPP_HOST_HIDDEN_BYTES
+    parts = (("compute buffer", compute), ("process", LLAMACPP_HOST_FIXED))
     return _need(weights, kv, parts, thin_data(shape, context))
 
 
@@ -250,12 +270,19 @@ def describe(need: Need) -> str:
 
 
 def llamacpp_split(
-    weights: int, kv: int, width: int, shape: EngineShape, *, context: int, estimate: Estimate = DEFAULT_ESTIMATE
+    weights: int,
+    kv: int,
+    width: int,
+    shape: EngineShape,
+    *,
+    context: int,
+    estimate: Estimate = DEFAULT_ESTIMATE,
+    run: LlamacppRun = LLAMACPP_DEFAULTS,
 ) -> Need:
     """One of ``width`` cards of a llama.cpp replica split by layer: its share of the weights and KV cache
     (counted as the seed did, ``(weights + kv) // width``), and the engine's cost on a card."""
     share = weights // width
-    return llamacpp_card(share, (weights + kv) // width - share, shape, context=context, estimate=estimate)
+    return llamacpp_card(share, (weights + kv) // width - share, shape, context=context, estimate=estimate, run=run)
 
 
 def vllm_split(
@@ -267,12 +294,27 @@ def vllm_split(
     pp: int = 1,
     context: int,
     estimate: Estimate = DEFAULT_ESTIMATE,
+    run: VllmRun | None = None,
 ) -> Need:
     """One of ``tp × pp`` cards of a vLLM replica: its share of the weights and of ``kv`` (the KV cache the
     whole group holds, replicated heads included), counted as the seed did, and vLLM's cost on a card."""
     cards = tp * pp
     share = weights // cards
-    return vllm_card(share, (weights + kv) // cards - share, shape, tp=tp, pp=pp, estimate=estimate, context=context)
+    kv_share = (weights + kv) // cards - share
+    if run is None:
+        return vllm_card(share, kv_share, shape, tp=tp, pp=pp, estimate=estimate, context=context)
+    return vllm_card(
+        share,
+        kv_share,
+        shape,
+        tp=tp,
+        pp=pp,
+        estimate=estimate,
+        context=context,
+        batched_tokens=run.batched_tokens,
+        max_seqs=run.max_seqs,
+        enforce_eager=run.enforce_eager,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +324,13 @@ class Sizing:
     estimate: Estimate = DEFAULT_ESTIMATE
     shape: EngineShape = field(default_factory=EngineShape)
     context: int = 0
+    settings: Settings = NO_SETTINGS
+    """The engines' settings the request (or the deployment) gives; the rest are each engine's defaults
+    for the card (``planner.settings``)."""
+
+    @property
+    def llamacpp(self) -> LlamacppRun:
+        return llamacpp_run(self.settings.llamacpp)
 
     def margin(self, need: Need) -> str:
         """Where the data behind ``need`` are thin, for the option to say."""

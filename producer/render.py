@@ -44,6 +44,16 @@ def options_table(opts: Sequence[Option]) -> str:
     return "\n".join(lines)
 
 
+def settings_text(opts: Sequence[Option]) -> str:
+    """What each option was sized for the engine to be started with (its ``settings``), once for each set:
+    ``#1,3 vllm: --max-num-batched-tokens 8192 ...``."""
+    by_settings: dict[tuple[str, ...], list[str]] = {}
+    for i, o in enumerate(opts, 1):
+        if o.settings:
+            by_settings.setdefault((o.engine, *o.settings), []).append(str(i))
+    return "\n".join(f"#{','.join(n)} {engine}: {' '.join(args)}" for (engine, *args), n in by_settings.items())
+
+
 def estimates_text(by_estimate: Mapping[Estimate, Sequence[Option]], chosen: Estimate) -> str:
     """The best option under each estimate, so that a person sees what counting with the engines' own
     profiles saves against the seed's rule (or costs), and where the estimate keeps a margin."""
@@ -71,6 +81,8 @@ def job_text(rec: JobRecord) -> str:
     ]
     if rec.option is not None:
         lines.append(f"  best:    {rec.option.artifact} on {rec.option.label} ({rec.option.engine})")
+        if rec.option.settings:
+            lines.append(f"  engine:  {' '.join(rec.option.settings)}")
     for rep in rec.replicas:
         where = f"{rep.option.artifact} on {rep.option.label}" if rep.option else "-"
         nodes = ", ".join(
