@@ -144,8 +144,28 @@ VLLM_GRAPHS_MOE = 960 * MIB
 """Extra CUDA graph memory for a mixture of experts: gpt-oss-20b took 1.55 GiB on 24 layers, DeepSeek-V2-
 Lite 1.57 GiB on 27, against ~0.7 GiB for a dense model that deep."""
 
+VLLM_TP8 = 8
+VLLM_NON_TORCH_TP8 = 5632 * MIB
+"""Memory outside PyTorch on each card of a group of 8 or more: fitted on the published TP 8 logs
+(tests/planner/engine_logs/vllm_published.json, vLLM 0.10 on 8× H100): Qwen3-32B left 9.2 GiB a card
+beside its weights and KV cache, 1.17 of it graphs and about 2.5 activations, which puts 5.38 GiB outside
+PyTorch against the 2.1-2.2 GiB logged at TP 2 and 4; counted at 5.5 GiB from 8 cards up, where no
+profile of the first fit reaches (``tests/planner/published_fit.py``)."""
+
+VLLM_MAX_CAPTURE = 512
+"""The largest batch vLLM captures a CUDA graph for (``max_cudagraph_capture_size`` at most 512)."""
+
+VLLM_VISION_BYTES = 24
+"""Bytes per (batched token × vision tower width) of vLLM's encoder profile: the dummy images it fills its
+encoder budget with, through the tower. Fitted on the published logs: Qwen3-VL-30B-A3B at TP 2 (vLLM 0.12,
+8,192 batched tokens, 64 sequences, width 1,152) needs 21 beyond the other terms; counted at 24. Small:
+on these logs the encoder's profile mostly fits in what the other terms keep."""
+
 UNKNOWN_VOCAB = 262_208
 """The vocabulary counted when a model's is not known: Gemma 3's, the largest in the profiles."""
+
+UNKNOWN_HEADS = 128
+"""The attention heads counted when a model's are not known: past Llama-3.1-405B's and DeepSeek-V3's."""
 
 UNKNOWN_HIDDEN = 8192
 """The hidden size counted when a model's is not known: a 70B's."""
@@ -179,3 +199,20 @@ steeper is counted, as contexts past the measured ones extrapolate it."""
 LLAMACPP_HOST_HIDDEN_BYTES = 32
 """CPU bytes per (micro-batch token × hidden size) beyond the logits: the second measured model, 1,024
 wider, took 16-36 MiB more than the first at the same vocabulary and context."""
+
+LLAMACPP_SCORE_BYTES = 4
+"""Bytes per (micro-batch token × cell × head) of llama.cpp's compute buffer without flash attention: the
+attention scores in f32 (``ggml_mul_mat`` of K and Q, src/llama-graph.cpp), and once more for the f32
+mask. The published logs (tests/planner/engine_logs/llamacpp_published.json) agree to the MiB: Mistral-7B
+at 32,768 cells 2,144 MiB = 2,048 of scores (32 heads) + 64 of mask + 32; DeepSeek-R1-Distill-Qwen-32B on
+4 slots of 16,384 (65,536 cells, 40 heads) 5,288 MiB = 5,120 + 128 + 40: the scores span every slot's
+cells."""
+
+LLAMACPP_NO_FA_HIDDEN_BYTES = 24
+"""What the same buffer holds beyond scores and mask, per (micro-batch token × hidden size): 32 MiB for
+Mistral-7B (4,096 wide) and 40 MiB for the 32B (5,120), 16 bytes each, and 30 MiB for pythia-2.8b (2,560
+wide, GPT-NeoX's parallel attention and MLP), 24; the largest is counted."""
+
+LLAMACPP_COMPUTE_FIXED = 4 * MIB
+"""What a compute buffer holds beyond its sized parts: the published logs' buffers at a 50,304 vocabulary
+(pythia, 128-512 tokens a micro-batch) are 0.9-3 MiB above logits and mask."""

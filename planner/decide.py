@@ -16,13 +16,14 @@ from itertools import islice
 from typing import Literal, overload
 
 from planner.constants import HOST_SHARE, gib
-from planner.estimate import DEFAULT_ESTIMATE, Estimate, engine_shape, llamacpp_host, llamacpp_split, vllm_split
+from planner.estimate import DEFAULT_ESTIMATE, Estimate, engine_shape, llamacpp_host, llamacpp_split
 from planner.index import PoolIndex
 from planner.model import Artifact, Option, PoolNode, Shape
 from planner.options import classes, gguf_kv_bytes, options, original_kv_bytes
 from planner.parallel import vllm_kv_spread, vllm_tp_allowed
 from planner.settings import NO_SETTINGS, Settings, llamacpp_run, vllm_run
 from planner.view import Nodes, PoolView, pool_view
+from planner.vllmcost import vllm_split
 
 Outcome = Literal["placed", "waiting", "failed"]
 ReplicaState = Literal["placed", "fallback", "waiting"]

@@ -14,10 +14,11 @@ from functools import lru_cache
 from typing import Any
 
 from planner.constants import fits, gib
-from planner.estimate import Need, Sizing, llamacpp_host, llamacpp_split, vllm_split
+from planner.estimate import Need, Sizing, llamacpp_host, llamacpp_split
 from planner.model import Artifact, Option, Shape
 from planner.parallel import vllm_kv_spread
 from planner.settings import VllmRun
+from planner.vllmcost import vllm_split
 
 SIZING_CACHE = 65_536
 """Sizings kept per function: a few hundred per repository served."""

@@ -89,6 +89,8 @@ class Shape:
     attention_layers: int = 0
     """Of ``layers``, those that keep a KV cache (a hybrid's others keep a fixed state instead); 0 is
     unknown."""
+    vision_hidden: int = 0
+    """The vision tower's width, which sizes vLLM's profile of its encoder; 0 without one or unknown."""
     state_bytes_per_sequence: int = 0
     """The fixed state each sequence keeps in the layers that are not attention (Mamba's convolution and
     SSM state, a gated DeltaNet's recurrent state), as vLLM allocates it; 0 for a model of attention only."""

@@ -10,7 +10,8 @@ A setting left out takes the engine's own default, worked out the way the engine
   planner knows a card by its class label and its GiB (``h100-80g``): the card is taken for an A100 when
   its label holds ``a100`` (``a100-80g``, ``A100-SXM4-80g``), as vLLM reads the lower-cased CUDA device
   name. ``gpu_memory_utilization``: the plan's share (``USABLE_FRACTION``); ``kv_cache_dtype`` ``auto``
-  (the model's dtype); ``enforce_eager`` off (CUDA graphs captured); images per prompt: the model's own.
+  (the model's dtype); ``enforce_eager`` off (CUDA graphs captured); images per prompt: the model's own;
+  ``runner`` ``generate``.
 - llama.cpp (``llama-server``): ``common_params`` (common/common.h) ``n_batch`` 2,048, ``n_ubatch`` 512,
   ``flash_attn_type`` auto (on where the backend supports it: every CUDA card and the CPU), K and V cached
   in f16; ``n_parallel`` auto: 4 slots sharing one unified cache of ``--ctx-size`` tokens
@@ -88,6 +89,8 @@ class VllmSettings(_Strict):
     enforce_eager: bool | None = None
     images_per_prompt: int | None = Field(default=None, ge=0, le=MAX_IMAGES)
     """``--limit-mm-per-prompt '{"image": N}'``: the images vLLM profiles its encoder with, at most."""
+    runner: Literal["generate", "pooling"] | None = None
+    """``--runner``: ``pooling`` serves embeddings, with no sampler to profile; default ``generate``."""
 
 
 class LlamacppSettings(_Strict):
@@ -161,6 +164,8 @@ class VllmRun:
     enforce_eager: bool
     images_per_prompt: int | None
     """None: the model's own limit."""
+    pooling: bool = False
+    """``--runner pooling``: no sampler."""
 
     @property
     def kv_bytes_per_element(self) -> int:
@@ -182,6 +187,8 @@ class VllmRun:
             out.append("--enforce-eager")
         if self.images_per_prompt is not None:
             out += ["--limit-mm-per-prompt", f'{{"image": {self.images_per_prompt}}}']
+        if self.pooling:
+            out += ["--runner", "pooling"]
         return tuple(out)
 
 
@@ -197,6 +204,7 @@ def vllm_run(s: VllmSettings, gpu_class: str, card_gb: float) -> VllmRun:
         kv_cache_dtype=s.kv_cache_dtype or "auto",
         enforce_eager=bool(s.enforce_eager),
         images_per_prompt=s.images_per_prompt,
+        pooling=s.runner == "pooling",
     )
 
 

@@ -42,6 +42,7 @@ def request_from_repository(
                 "experts": repo.shape.experts,
                 "attention_layers": repo.shape.attention_layers,
                 "state_bytes_per_sequence": repo.shape.state_bytes_per_sequence,
+                "vision_hidden": repo.shape.vision_hidden,
             },
             "context": context,
             "artifact": artifact,

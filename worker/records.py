@@ -194,6 +194,8 @@ class ServeRequest(BaseModel):
             raise ValueError("shape: a field is out of range")
         if not all(0 <= n <= 1 << 24 for n in (s.layers, s.hidden, s.vocab, s.experts, s.attention_layers)):
             raise ValueError("shape: a field is out of range")
+        if not 0 <= s.vision_hidden <= 1 << 24:
+            raise ValueError("shape: a field is out of range")
         if not 0 <= s.state_bytes_per_sequence <= 1 << 50:
             raise ValueError("shape: a field is out of range")
         if self.artifact is not None and self.artifact not in names:
