@@ -216,3 +216,9 @@ wide, GPT-NeoX's parallel attention and MLP), 24; the largest is counted."""
 LLAMACPP_COMPUTE_FIXED = 4 * MIB
 """What a compute buffer holds beyond its sized parts: the published logs' buffers at a 50,304 vocabulary
 (pythia, 128-512 tokens a micro-batch) are 0.9-3 MiB above logits and mask."""
+
+LLAMACPP_STATE_WIDENING = 2
+"""llama.cpp keeps a hybrid's recurrent state in f32 (``type_r``/``type_s``, src/llama-model.cpp), twice the
+16 bits of ``Shape.state_bytes_per_sequence``. The published logs agree: Qwen3-Coder-Next on 4 slots
+holds 397 MiB of context at 4,096 cells, 96 MiB of KV cache and 301 of state, 75 MiB a slot against 37.7
+counted at 16 bits (tests/planner/engine_logs/llamacpp_published.json, rows 22-24)."""

@@ -16,6 +16,7 @@ from operator import attrgetter
 from planner import layouts
 from planner.constants import (
     CPU_QUALITY_CAP,
+    LLAMACPP_STATE_WIDENING,
     PAST_CAP_PENALTY,
     QUALITY_CAP,
     card_budget_gb,
@@ -142,18 +143,22 @@ def _request(
 
 def gguf_kv_bytes(shape: Shape, context: int, settings: Settings = NO_SETTINGS) -> int:
     """The KV cache llama-server allocates for a context of ``context`` tokens a request: every slot's
-    where the slots have their own, in the cache types set."""
+    where the slots have their own, in the cache types set; and a hybrid's recurrent state for every slot,
+    in f32 (``llama_memory_recurrent`` keeps one per sequence, ``n_seq_max``), twice the 16 bits
+    ``state_bytes_per_sequence`` counts."""
     run = llamacpp_run(settings.llamacpp)
     f16 = llamacpp_kv_bytes(shape, run.cache_tokens(context), sequences=run.slots, ubatch=run.ubatch)
-    return run.kv_bytes(f16)
+    return run.kv_bytes(f16) + run.slots * shape.state_bytes_per_sequence * LLAMACPP_STATE_WIDENING
 
 
 def original_kv_bytes(shape: Shape, context: int, settings: Settings = NO_SETTINGS) -> int:
     """The KV cache vLLM allocates for one sequence of ``context`` tokens, in the ``kv_cache_dtype`` set
-    (an fp8 cache takes one byte an element where the model's dtype takes two)."""
+    (an fp8 cache takes one byte an element where the model's dtype takes two), and a hybrid's state for
+    that sequence, which vLLM keeps in the same pool (a block a sequence for its Mamba-like layers)."""
     v = settings.vllm
     kv = vllm_kv_bytes(shape, context, v.max_num_batched_tokens)
-    return kv // 2 if (v.kv_cache_dtype or "auto").startswith("fp8") else kv
+    kv = kv // 2 if (v.kv_cache_dtype or "auto").startswith("fp8") else kv
+    return kv + shape.state_bytes_per_sequence
 
 
 _KEYS = itertools.count()

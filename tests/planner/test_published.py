@@ -4,12 +4,16 @@ settings: the targets, the rows named where they are not met, and the terms pinn
 from __future__ import annotations
 
 import dataclasses
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from planner.constants import LLAMACPP_COMPUTE_FIXED, LLAMACPP_NO_FA_HIDDEN_BYTES, MIB
 from planner.estimate import EngineShape, llamacpp_compute
+from planner.options import gguf_kv_bytes
+from planner.shape import shape_from_config
 from planner.vllmcost import VLLM_FIT
 from tests.planner import published_llamacpp as L
 from tests.planner import published_vllm as V
@@ -119,3 +123,18 @@ def test_a_refit_moves_only_its_own_rows() -> None:
         bumped = dataclasses.replace(VLLM_FIT, **{field: getattr(VLLM_FIT, field) * 2})
         moved = {p.index for p in V.rows(bumped) if not p.why_not and p.own.total != base[p.index]}
         assert moved == expected and len(expected) >= 2, field
+
+
+def test_a_hybrids_recurrent_state_is_kept_for_every_slot() -> None:
+    """Qwen3-Coder-Next (Qwen3-Next's shape, from the corpus config the file names) on llama-server's 4
+    slots: the context column of its memory breakdown is the 12 attention layers' cache for every cell
+    and, for each slot, the gated DeltaNet's state in f32."""
+    config = Path(__file__).parent / "corpus" / "Qwen--Qwen3-Next-80B-A3B-Thinking" / "config.json"
+    shape = shape_from_config(json.loads(config.read_text(encoding="utf-8")))
+    assert shape.state_bytes_per_sequence > 0
+    for i in (22, 23, 24):
+        r = L.load()["rows"][i]
+        [context_mib] = [d["context"] for name, d in r["breakdown"].items() if name.startswith("CUDA0")]
+        got = gguf_kv_bytes(shape, r["n_ctx"])  # llama-server's defaults: 4 slots on one cache of -c cells
+        assert 1.0 <= got / (context_mib * MIB) <= 1.01, (i, got / MIB, context_mib)
+        assert got - gguf_kv_bytes(replace(shape, state_bytes_per_sequence=0), r["n_ctx"]) > 290 * MIB

@@ -7,6 +7,7 @@ import pytest
 
 from planner import InvalidInput, Settings, Shape, options
 from planner.decide import plan_job
+from planner.options import gguf_kv_bytes, original_kv_bytes
 from planner.settings import (
     LlamacppSettings,
     VllmSettings,
@@ -141,3 +142,12 @@ def test_a_request_takes_the_deployments_settings_where_it_gives_none() -> None:
     request = Settings(vllm=VllmSettings(max_num_seqs=512))
     got = merged(request, deployment)
     assert (got.vllm.max_num_seqs, got.vllm.kv_cache_dtype, got.vllm.enforce_eager) == (512, "fp8", None)
+
+
+def test_a_hybrids_state_is_counted_once_for_vllm_and_for_every_llamacpp_slot() -> None:
+    hybrid = Shape(kv_bytes_per_token=24_576, kv_heads=2, heads=16, state_bytes_per_sequence=64 << 20)
+    plain = Shape(kv_bytes_per_token=24_576, kv_heads=2, heads=16)
+    assert original_kv_bytes(hybrid, 4096) - original_kv_bytes(plain, 4096) == 64 << 20
+    slots = Settings(llamacpp=LlamacppSettings(parallel=2))
+    assert gguf_kv_bytes(hybrid, 4096, slots) - gguf_kv_bytes(plain, 4096, slots) == 2 * 2 * (64 << 20)
+    assert gguf_kv_bytes(hybrid, 4096) - gguf_kv_bytes(plain, 4096) == 4 * 2 * (64 << 20)  # 4 slots by default
