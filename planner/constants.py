@@ -152,6 +152,12 @@ beside its weights and KV cache, 1.17 of it graphs and about 2.5 activations, wh
 PyTorch against the 2.1-2.2 GiB logged at TP 2 and 4; counted at 5.5 GiB from 8 cards up, where no
 profile of the first fit reaches (``tests/planner/published_fit.py``)."""
 
+VLLM_NON_TORCH_TP_PCIE = 1280 * MIB
+"""Memory outside PyTorch on each card of a tensor-parallel group of cards with no NVLink
+(``planner.settings.pcie_only``): NCCL opens fewer channels over PCIe and so fewer buffers. The published
+logs of consumer cards show 0-1.2 GiB (RTX 3090 at TP 4 under 0.18-0.19: 0.2-1.2; RTX 4090 at TP 2 logs
+0.25; T4 at TP 2 about 0) against 2.1-2.2 on H100s; counted at 1.25, the most any of them needs."""
+
 VLLM_MAX_CAPTURE = 512
 """The largest batch vLLM captures a CUDA graph for (``max_cudagraph_capture_size`` at most 512)."""
 
@@ -213,9 +219,12 @@ LLAMACPP_NO_FA_HIDDEN_BYTES = 24
 Mistral-7B (4,096 wide) and 40 MiB for the 32B (5,120), 16 bytes each, and 30 MiB for pythia-2.8b (2,560
 wide, GPT-NeoX's parallel attention and MLP), 24; the largest is counted."""
 
-LLAMACPP_COMPUTE_FIXED = 4 * MIB
-"""What a compute buffer holds beyond its sized parts: the published logs' buffers at a 50,304 vocabulary
-(pythia, 128-512 tokens a micro-batch) are 0.9-3 MiB above logits and mask."""
+LLAMACPP_FA_HIDDEN_BYTES = 10
+"""What a compute buffer holds beyond logits and mask, per (micro-batch token × hidden size): the
+activations of a micro-batch. The published logs (tests/planner/engine_logs/llamacpp_published.json):
+jina-embeddings-v4 (2,048 wide) at a micro-batch of 4,096 holds 96 MiB past its logits, 12 bytes a unit
+less the mask's 4 (9 once its logits are counted at the vocabulary the file gives); pythia's buffers at
+512 are 1-3 MiB past (2-3 bytes); counted at 10 (``tests/planner/published_fit.py``)."""
 
 LLAMACPP_STATE_WIDENING = 2
 """llama.cpp keeps a hybrid's recurrent state in f32 (``type_r``/``type_s``, src/llama-model.cpp), twice the

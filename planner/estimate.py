@@ -22,9 +22,9 @@ from typing import Literal, get_args
 from planner.constants import (
     GIB,
     LLAMACPP_CARD_FIXED,
-    LLAMACPP_COMPUTE_FIXED,
     LLAMACPP_CONTEXT_BYTES_PER_UBATCH,
     LLAMACPP_CUDA_CONTEXT,
+    LLAMACPP_FA_HIDDEN_BYTES,
     LLAMACPP_HOST_FIXED,
     LLAMACPP_HOST_HIDDEN_BYTES,
     LLAMACPP_LOGITS_BYTES,
@@ -128,20 +128,20 @@ def llamacpp_compute(
     *,
     ubatch: int = LLAMACPP_UBATCH,
     flash_attn: bool = True,
-    fixed: int = LLAMACPP_COMPUTE_FIXED,
+    fa_hidden_bytes: int = LLAMACPP_FA_HIDDEN_BYTES,
     no_fa_hidden_bytes: int = LLAMACPP_NO_FA_HIDDEN_BYTES,
 ) -> int:
     """llama.cpp's compute buffer for a cache of ``cells`` tokens (every slot's): with flash attention the
-    logits of a micro-batch over the vocabulary and a little per cell; without, the attention scores of a
-    micro-batch against every cell for every head (f32), the f32 mask, and a little per unit of width,
-    where that is larger."""
+    logits of a micro-batch over the vocabulary, a little per cell and per unit of width; without, the
+    attention scores of a micro-batch against every cell for every head (f32), the f32 mask, and a little
+    per unit of width, where that is larger."""
     vocab = shape.vocab or UNKNOWN_VOCAB
-    fused = ubatch * (LLAMACPP_LOGITS_BYTES * vocab + LLAMACPP_CONTEXT_BYTES_PER_UBATCH * cells)
-    fused += fixed
+    hidden = shape.hidden or UNKNOWN_HIDDEN
+    per_token = LLAMACPP_LOGITS_BYTES * vocab + LLAMACPP_CONTEXT_BYTES_PER_UBATCH * cells + fa_hidden_bytes * hidden
+    fused = ubatch * per_token
     if flash_attn:
         return fused
     heads = shape.heads or UNKNOWN_HEADS
-    hidden = shape.hidden or UNKNOWN_HIDDEN
     scores = ubatch * cells * (heads + 1) * LLAMACPP_SCORE_BYTES + ubatch * hidden * no_fa_hidden_bytes
     return max(fused, scores)
 
@@ -183,7 +183,8 @@ def llamacpp_host(
         return need_of(weights, kv, (("1 GiB + weights/20", gguf_overhead_bytes(weights)),))
     hidden = shape.hidden or UNKNOWN_HIDDEN
     cells = run.cache_tokens(context)
-    compute = llamacpp_compute(shape, cells, ubatch=run.ubatch, flash_attn=run.flash_attn)
+    # on a CPU the width's share is the host's own figure, fitted on the CPU profiles
+    compute = llamacpp_compute(shape, cells, ubatch=run.ubatch, flash_attn=run.flash_attn, fa_hidden_bytes=0)
     compute += run.ubatch * hidden * LLAMACPP_HOST_HIDDEN_BYTES
     parts = (("compute buffer", compute), ("process", LLAMACPP_HOST_FIXED))
     return need_of(weights, kv, parts, thin_data(shape, context))

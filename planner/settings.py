@@ -153,6 +153,17 @@ def is_a100(gpu_class: str) -> bool:
     return "a100" in gpu_class.lower()
 
 
+PCIE_ONLY_PREFIXES = ("rtx", "gtx", "titan", "t4", "l4", "a10-", "a10g", "a2-", "a16", "radeon", "rx")
+"""Class labels of cards sold without NVLink (GeForce and RTX workstation cards, T4, L4, L40/L40S, A10/A10G,
+A2, A16, Radeon): the label begins so. Data-centre cards (A100, H100, H200, B200, MI300X) have their
+links; a PCIe variant of one is not told apart by its label and is counted as linked, the larger cost."""
+
+
+def pcie_only(gpu_class: str) -> bool:
+    """Whether a card of this class label talks to its peers over PCIe only."""
+    return gpu_class.lower().startswith(PCIE_ONLY_PREFIXES)
+
+
 @dataclass(frozen=True, slots=True)
 class VllmRun:
     """vLLM's settings as a card of one class runs them: every one resolved."""
@@ -166,6 +177,8 @@ class VllmRun:
     """None: the model's own limit."""
     pooling: bool = False
     """``--runner pooling``: no sampler."""
+    pcie: bool = False
+    """The card's class has no NVLink (``pcie_only``): tensor parallel goes over PCIe."""
 
     @property
     def kv_bytes_per_element(self) -> int:
@@ -205,6 +218,7 @@ def vllm_run(s: VllmSettings, gpu_class: str, card_gb: float) -> VllmRun:
         enforce_eager=bool(s.enforce_eager),
         images_per_prompt=s.images_per_prompt,
         pooling=s.runner == "pooling",
+        pcie=pcie_only(gpu_class),
     )
 
 

@@ -25,6 +25,7 @@ from planner.constants import (
     VLLM_NON_TORCH_STAGE,
     VLLM_NON_TORCH_TP,
     VLLM_NON_TORCH_TP8,
+    VLLM_NON_TORCH_TP_PCIE,
     VLLM_NON_TORCH_TP_PER_CARD,
     VLLM_SAMPLER_BYTES,
     VLLM_TP8,
@@ -53,6 +54,7 @@ class VllmFit:
     graphs_per_hidden: int = VLLM_GRAPHS_PER_HIDDEN
     graphs_moe: int = VLLM_GRAPHS_MOE
     non_torch_tp8: int = VLLM_NON_TORCH_TP8
+    non_torch_tp_pcie: int = VLLM_NON_TORCH_TP_PCIE
     vision_bytes: int = VLLM_VISION_BYTES
 
 
@@ -79,9 +81,12 @@ def vllm_activation(
     return peak + batched_tokens * hidden * held
 
 
-def vllm_non_torch(tp: int, pp: int = 1, *, fit: VllmFit = VLLM_FIT) -> int:
+def vllm_non_torch(tp: int, pp: int = 1, *, pcie: bool = False, fit: VllmFit = VLLM_FIT) -> int:
     """Memory outside PyTorch on each card of a ``tp``-wide group (of ``pp`` pipeline stages): from 8 cards
-    up, the larger figure the published TP 8 logs show."""
+    up, the larger figure the published TP 8 logs show; over PCIe only (``pcie``), the smaller one the
+    published logs of consumer cards show."""
+    if tp > 1 and pcie:
+        return fit.non_torch_tp_pcie
     if tp >= VLLM_TP8:
         return max(fit.non_torch_tp8, fit.non_torch_tp + tp * fit.non_torch_tp_per_card)
     if tp > 1:
@@ -130,6 +135,7 @@ def vllm_card(
     enforce_eager: bool = False,
     images: int | None = None,
     pooling: bool = False,
+    pcie: bool = False,
     fit: VllmFit = VLLM_FIT,
 ) -> Need:
     """One card of a vLLM replica holding ``weights`` and ``kv`` bytes (its share of each), started with
@@ -142,7 +148,7 @@ def vllm_card(
     if estimate == "seed":
         return need_of(weights, kv, (("2 GiB + weights/5", vllm_overhead_bytes(weights)),))
     parts = (
-        ("non-torch", vllm_non_torch(tp, pp, fit=fit)),
+        ("non-torch", vllm_non_torch(tp, pp, pcie=pcie, fit=fit)),
         (
             "activation peak",
             vllm_activation(shape, batched_tokens=batched_tokens, max_seqs=max_seqs, pooling=pooling, fit=fit),
@@ -184,4 +190,5 @@ def vllm_split(
         enforce_eager=run.enforce_eager,
         images=run.images_per_prompt,
         pooling=run.pooling,
+        pcie=run.pcie,
     )

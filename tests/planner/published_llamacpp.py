@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.constants import LLAMACPP_COMPUTE_FIXED, LLAMACPP_NO_FA_HIDDEN_BYTES, MIB
+from planner.constants import LLAMACPP_FA_HIDDEN_BYTES, LLAMACPP_NO_FA_HIDDEN_BYTES, MIB
 from planner.estimate import EngineShape, llamacpp_compute
 from planner.model import Shape
 from planner.options import gguf_kv_bytes
@@ -113,10 +113,10 @@ def took_bytes(r: dict[str, Any]) -> int:
 
 
 def rows(
-    *, fixed: int = LLAMACPP_COMPUTE_FIXED, no_fa_hidden_bytes: int = LLAMACPP_NO_FA_HIDDEN_BYTES
+    *, fa_hidden_bytes: int = LLAMACPP_FA_HIDDEN_BYTES, no_fa_hidden_bytes: int = LLAMACPP_NO_FA_HIDDEN_BYTES
 ) -> Iterator[PublishedBuffers]:
     """Every row; each estimated with the compute buffer's fitted parts given (a hold-out refits them)."""
-    fit = {"fixed": fixed, "no_fa_hidden_bytes": no_fa_hidden_bytes}
+    fit = {"fa_hidden_bytes": fa_hidden_bytes, "no_fa_hidden_bytes": no_fa_hidden_bytes}
     for i, r in enumerate(load()["rows"]):
         label = f"{r['model'].split('/')[-1]} {r['gguf_type']} {r['device'].split(' (')[0][:28]} ctx {r['n_ctx']}"
         if i in NOT_PLANNED:

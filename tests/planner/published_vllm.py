@@ -27,7 +27,11 @@ from planner.vllmcost import VLLM_FIT, VllmFit, vllm_card
 LOGS = Path(__file__).parent / "engine_logs"
 
 V0_MIN_BATCHED_TOKENS = 2048
-"""The V0 scheduler's floor on the tokens of a step."""
+"""The V0 scheduler's floor on the tokens of a step, and its chunk where chunked prefill is on."""
+
+V0_CHUNKED_FROM = 32 * 1024
+"""V0 turns chunked prefill on by itself for a ``max_model_len`` past 32K (``_set_default_args_v0``; the
+README of ``engine_logs/`` quotes it)."""
 
 GRAPHS_IN_SHARE_FROM = (0, 21)
 """vLLM profiles CUDA graphs into its share from 0.21 (before, they were taken after the cache)."""
@@ -90,10 +94,12 @@ def own_settings(r: dict[str, Any]) -> VllmSettings:
     """The run's settings as its log gives them (or the row infers them; a pooling runner where the row's
     notes say so); the rest at the defaults. The V0
     engine without chunked prefill profiled a whole ``max_model_len`` of tokens (its scheduler's
-    ``max_num_batched_tokens = max(max_model_len, 2048)``, vLLM 0.6)."""
+    ``max_num_batched_tokens = max(max_model_len, 2048)``, vLLM 0.6), and a chunk of 2,048 past 32K."""
     tokens = r["max_num_batched_tokens"]
     if tokens is None and r["engine"] == "V0" and r["max_model_len"]:
-        tokens = max(r["max_model_len"], V0_MIN_BATCHED_TOKENS)
+        # past 32k tokens V0 turns chunked prefill on by itself, and profiles a chunk
+        long = r["max_model_len"] > V0_CHUNKED_FROM
+        tokens = V0_MIN_BATCHED_TOKENS if long else max(r["max_model_len"], V0_MIN_BATCHED_TOKENS)
     images = (r.get("limit_mm_per_prompt") or {}).get("image")
     return VllmSettings(
         max_num_batched_tokens=tokens,
@@ -144,6 +150,7 @@ def need(r: dict[str, Any], s: VllmSettings, fit: VllmFit = VLLM_FIT) -> Need:
         enforce_eager=run.enforce_eager or graphs_unlogged(r),
         images=run.images_per_prompt,
         pooling=run.pooling,
+        pcie=run.pcie,
         fit=fit,
     )
     return got
