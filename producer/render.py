@@ -81,8 +81,6 @@ def job_text(rec: JobRecord) -> str:
     ]
     if rec.option is not None:
         lines.append(f"  best:    {rec.option.artifact} on {rec.option.label} ({rec.option.engine})")
-        if rec.option.settings:
-            lines.append(f"  engine:  {' '.join(rec.option.settings)}")
     for rep in rec.replicas:
         where = f"{rep.option.artifact} on {rep.option.label}" if rep.option else "-"
         nodes = ", ".join(
@@ -104,6 +102,8 @@ def job_text(rec: JobRecord) -> str:
     if rec.reason:
         lines.append(f"  reason:  {rec.reason}")
     lines.append(f"  updated: {rec.updated_at.isoformat()} (version {rec.version}, planned {rec.attempts}x)")
+    if rec.option is not None and rec.option.settings:  # what the best option was sized for the engine to run
+        lines.append(f"  engine:  {' '.join(rec.option.settings)}")
     return "\n".join(lines)
 
 
