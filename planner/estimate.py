@@ -134,7 +134,11 @@ def llamacpp_compute(
     """llama.cpp's compute buffer for a cache of ``cells`` tokens (every slot's): with flash attention the
     logits of a micro-batch over the vocabulary, a little per cell and per unit of width; without, the
     attention scores of a micro-batch against every cell for every head (f32), the f32 mask, and a little
-    per unit of width, where that is larger."""
+    per unit of width, where that is larger. The graph is reserved for ``min(ubatch, cells)`` tokens (a
+    micro-batch never outgrows the cache: bge-small at ``-ub 2048`` with 512 cells reserves a 512-token
+    graph, tests/planner/engine_logs/README-llamacpp.md)."""
+    if cells > 0:
+        ubatch = min(ubatch, cells)
     vocab = shape.vocab or UNKNOWN_VOCAB
     hidden = shape.hidden or UNKNOWN_HIDDEN
     per_token = LLAMACPP_LOGITS_BYTES * vocab + LLAMACPP_CONTEXT_BYTES_PER_UBATCH * cells + fa_hidden_bytes * hidden

@@ -15,7 +15,8 @@ A setting left out takes the engine's own default, worked out the way the engine
 - llama.cpp (``llama-server``): ``common_params`` (common/common.h) ``n_batch`` 2,048, ``n_ubatch`` 512,
   ``flash_attn_type`` auto (on where the backend supports it: every CUDA card and the CPU), K and V cached
   in f16; ``n_parallel`` auto: 4 slots sharing one unified cache of ``--ctx-size`` tokens
-  (tools/server/server.cpp), so one request may still use the whole context. Given ``parallel`` N, each of
+  (tools/server/server.cpp, the default since ggml-org/llama.cpp PR 16736, October 2025), so one request may
+  still use the whole context. Given ``parallel`` N, each of
   N slots gets ``--ctx-size / N`` tokens: a plan for a context of C tokens a request starts the server with
   ``-c N×C``, and its cache holds N × C tokens.
 """
