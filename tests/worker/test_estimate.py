@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,3 +69,22 @@ def test_bad_settings_are_refused_naming_the_field(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(config.SETTINGS_ENV, '{"vllm": {"kv_cache_dtype": "int2"}}')
     with pytest.raises(InvalidInput, match=r"MODELPLAN_SETTINGS: settings\.vllm\.kv_cache_dtype: "):
         config.settings()
+
+
+def test_settings_on_the_submit_command_line_reach_the_request_and_the_job_text(
+    redis_url: str, client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from producer.cli import main
+    from producer.render import job_text
+
+    client.heartbeat(hb("h-1", "h100-80g", gpus=1))
+    models = Path(__file__).parents[2] / "examples" / "models" / "llama-3-8b-gguf"
+    args = ["submit", "--redis-url", redis_url, "--files", str(models / "files.json")]
+    args += ["--config", str(models / "config.json"), "--job-id", "slots", "--artifact"]
+    args += ["Meta-Llama-3-8B-Instruct-Q4_K_M.gguf", "--parallel", "2", "--flash-attn", "off"]
+    assert main(args) == 0 and capsys.readouterr().out == "slots\n"
+    drain(client)
+    rec = client.get("slots")
+    assert rec.request.settings is not None and rec.request.settings.llamacpp.parallel == 2
+    assert rec.option is not None and rec.option.settings[:6] == ("-c", "8192", "-np", "2", "-fa", "off")
+    assert job_text(rec).splitlines()[-1] == "  engine:  " + " ".join(rec.option.settings)
