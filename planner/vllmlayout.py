@@ -70,7 +70,9 @@ class VllmLayout:
             gpus_per_node=per_node,
             nodes=n,
             need_gb=self.per_card_gb(per_node, n, run),
-            have_gb=c.mem_gb * run.gpu_memory_utilization,
+            # the class's budget names the class (the pool's index finds its nodes by it); the fit above
+            # was against the share the settings give
+            have_gb=c.budget_gb,
             hosts=hosts,
             free_now=free_now,
             bits_per_weight=self.bpw,

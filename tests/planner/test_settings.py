@@ -96,7 +96,10 @@ def test_settings_in_a_request_reach_the_option_and_change_the_estimate() -> Non
     assert plain.need_gb - small.need_gb > 2.0 + 1.0
     share = Settings(vllm=VllmSettings(gpu_memory_utilization=0.5))
     [half] = options([original(14.96)], LLAMA_8B, nodes, 32_768, settings=share)
-    assert half.have_gb == 40.0 and half.need_gb == plain.need_gb
+    assert half.need_gb == plain.need_gb and "--gpu-memory-utilization" in half.settings
+    assert half.settings[half.settings.index("--gpu-memory-utilization") + 1] == "0.5"
+    placed = plan_job([original(14.96)], LLAMA_8B, nodes, 32_768, settings=share)
+    assert placed.outcome == "placed" and placed.target == half
     quarter = Settings(vllm=VllmSettings(gpu_memory_utilization=0.25))
     assert plain.need_gb > 20 and options([original(14.96)], LLAMA_8B, nodes, 32_768, settings=quarter) == []
     job = plan_job([original(14.96)], LLAMA_8B, nodes, 32_768, settings=fp8)
