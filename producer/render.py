@@ -193,13 +193,17 @@ def status_text(
     refused: Sequence[Refusal] = (),
 ) -> str:
     """The pool drawn as cards, then each node id two agents publish under and each kind of write the
-    server's ACL refused a login, then the jobs at a glance, then one line for each stored record that does
-    not parse."""
+    server's ACL refused a login, then the jobs at a glance and the engine settings each job's best option
+    was sized for, then one line for each stored record that does not parse."""
     out = [f"{len(snap.records)} node(s) in the pool", pool_picture(snap)]
     out += [conflict_line(c) for c in conflicts]
     out += [f.line() for f in refused]
     out.append("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if any(counts.values()) else "no jobs")
     out += [_table([job_row(r) for r in jobs])] if jobs else []
+    # what each job's best option was sized for the engine to be started with
+    out += [
+        f"{r.job_id} {r.option.engine}: {' '.join(r.option.settings)}" for r in jobs if r.option and r.option.settings
+    ]
     for key, found in sorted((quarantined or {}).items()):
         action = f" ({found['action']})" if found.get("action") else ""
         out.append(f"unreadable record {key}: {found.get('what', '?')}{action}")

@@ -88,3 +88,5 @@ def test_settings_on_the_submit_command_line_reach_the_request_and_the_job_text(
     assert rec.request.settings is not None and rec.request.settings.llamacpp.parallel == 2
     assert rec.option is not None and rec.option.settings[:6] == ("-c", "8192", "-np", "2", "-fa", "off")
     assert job_text(rec).splitlines()[-1] == "  engine:  " + " ".join(rec.option.settings)
+    assert main(["status", "--redis-url", redis_url]) == 0
+    assert "slots llamacpp: " + " ".join(rec.option.settings) in capsys.readouterr().out.splitlines()
