@@ -12,6 +12,7 @@ from planner.options import classes, options, quality, rank, rank_key
 from planner.pool import NodeReport, parse_node, parse_pool, pool_nodes
 from planner.quant import QUANT_BITS, mem_from_class, quant_of
 from planner.repository import Repository, repository_from_folder, repository_from_listing
+from planner.settings import NO_SETTINGS, LlamacppSettings, Settings, VllmSettings, parse_settings
 from planner.shape import shape_from_config
 
 MAX_CONTEXT = 1 << 24
@@ -32,11 +33,15 @@ def check_context(shape: Shape, context: int, source: str = "request") -> int:
 
 
 def plan(
-    repo: Repository, nodes: list[PoolNode], context: int = DEFAULT_CONTEXT, estimate: Estimate = DEFAULT_ESTIMATE
+    repo: Repository,
+    nodes: list[PoolNode],
+    context: int = DEFAULT_CONTEXT,
+    estimate: Estimate = DEFAULT_ESTIMATE,
+    settings: Settings = NO_SETTINGS,
 ) -> list[Option]:
     """Every way the repository's artifacts could run on ``nodes``, best first, each card's need counted by
-    ``estimate``."""
-    return options(repo.artifacts, repo.shape, nodes, check_context(repo.shape, context), estimate)
+    ``estimate`` for the engines started with ``settings`` (the rest at their defaults for the card)."""
+    return options(repo.artifacts, repo.shape, nodes, check_context(repo.shape, context), estimate, settings)
 
 
 __all__ = [
@@ -44,23 +49,28 @@ __all__ = [
     "DEFAULT_ESTIMATE",
     "ESTIMATES",
     "MAX_CONTEXT",
+    "NO_SETTINGS",
     "ORIGINAL",
     "QUANT_BITS",
     "Artifact",
     "Estimate",
     "InvalidInput",
+    "LlamacppSettings",
     "ModelplanError",
     "NodeReport",
     "Option",
     "PoolNode",
     "Repository",
+    "Settings",
     "Shape",
+    "VllmSettings",
     "check_context",
     "classes",
     "mem_from_class",
     "options",
     "parse_node",
     "parse_pool",
+    "parse_settings",
     "plan",
     "pool_nodes",
     "quality",

@@ -144,8 +144,34 @@ VLLM_GRAPHS_MOE = 960 * MIB
 """Extra CUDA graph memory for a mixture of experts: gpt-oss-20b took 1.55 GiB on 24 layers, DeepSeek-V2-
 Lite 1.57 GiB on 27, against ~0.7 GiB for a dense model that deep."""
 
+VLLM_TP8 = 8
+VLLM_NON_TORCH_TP8 = 5632 * MIB
+"""Memory outside PyTorch on each card of a group of 8 or more: fitted on the published TP 8 logs
+(tests/planner/engine_logs/vllm_published.json, vLLM 0.10 on 8× H100): Qwen3-32B left 9.2 GiB a card
+beside its weights and KV cache; less the estimate's graphs (1.3 GiB; 1.17 logged) and activations (2.5),
+5.38 GiB is outside PyTorch, against the 2.1-2.2 GiB logged at TP 2 and 4; counted at 5.5 GiB from 8
+cards up, where no profile of the first fit reaches (``tests/planner/published_fit.py``)."""
+
+VLLM_NON_TORCH_TP_PCIE = 1280 * MIB
+"""Memory outside PyTorch on each card of a tensor-parallel group of cards with no NVLink
+(``planner.settings.pcie_only``): NCCL opens fewer channels over PCIe and so fewer buffers. The published
+logs of consumer cards show 0-1.2 GiB (RTX 3090 at TP 4 under 0.18-0.19: 0.2-1.2; RTX 4090 at TP 2 logs
+0.25; T4 at TP 2 about 0) against 2.1-2.2 on H100s; counted at 1.25, the most any of them needs."""
+
+VLLM_MAX_CAPTURE = 512
+"""The largest batch vLLM captures a CUDA graph for (``max_cudagraph_capture_size`` at most 512)."""
+
+VLLM_VISION_BYTES = 24
+"""Bytes per (batched token × vision tower width) of vLLM's encoder profile: the dummy images it fills its
+encoder budget with, through the tower. Fitted on the published logs: Qwen3-VL-30B-A3B at TP 2 (vLLM 0.12,
+8,192 batched tokens, 64 sequences, width 1,152) needs 21 beyond the other terms; counted at 24. Small:
+on these logs the encoder's profile mostly fits in what the other terms keep."""
+
 UNKNOWN_VOCAB = 262_208
 """The vocabulary counted when a model's is not known: Gemma 3's, the largest in the profiles."""
+
+UNKNOWN_HEADS = 128
+"""The attention heads counted when a model's are not known: past Llama-3.1-405B's and DeepSeek-V3's."""
 
 UNKNOWN_HIDDEN = 8192
 """The hidden size counted when a model's is not known: a 70B's."""
@@ -179,3 +205,29 @@ steeper is counted, as contexts past the measured ones extrapolate it."""
 LLAMACPP_HOST_HIDDEN_BYTES = 32
 """CPU bytes per (micro-batch token × hidden size) beyond the logits: the second measured model, 1,024
 wider, took 16-36 MiB more than the first at the same vocabulary and context."""
+
+LLAMACPP_SCORE_BYTES = 4
+"""Bytes per (micro-batch token × cell × head) of llama.cpp's compute buffer without flash attention: the
+attention scores in f32 (``ggml_mul_mat`` of K and Q, src/llama-graph.cpp), and once more for the f32
+mask. The published logs (tests/planner/engine_logs/llamacpp_published.json) agree to the MiB: Mistral-7B
+at 32,768 cells 2,144 MiB = 2,048 of scores (32 heads) + 64 of mask + 32; DeepSeek-R1-Distill-Qwen-32B on
+4 slots of 16,384 (65,536 cells, 40 heads) 5,288 MiB = 5,120 + 128 + 40: the scores span every slot's
+cells."""
+
+LLAMACPP_NO_FA_HIDDEN_BYTES = 24
+"""What the same buffer holds beyond scores and mask, per (micro-batch token × hidden size): 32 MiB for
+Mistral-7B (4,096 wide) and 40 MiB for the 32B (5,120), 16 bytes each, and 30 MiB for pythia-2.8b (2,560
+wide, GPT-NeoX's parallel attention and MLP), 24; the largest is counted."""
+
+LLAMACPP_FA_HIDDEN_BYTES = 10
+"""What a compute buffer holds beyond logits and mask, per (micro-batch token × hidden size): the
+activations of a micro-batch. The published logs (tests/planner/engine_logs/llamacpp_published.json):
+jina-embeddings-v4 (2,048 wide) at a micro-batch of 4,096 holds 96 MiB past its logits, 12 bytes a unit
+less the mask's 4 (9 once its logits are counted at the vocabulary the file gives); pythia's buffers at
+512 are 1-3 MiB past (2-3 bytes); counted at 10 (``tests/planner/published_fit.py``)."""
+
+LLAMACPP_STATE_WIDENING = 2
+"""llama.cpp keeps a hybrid's recurrent state in f32 (``type_r``/``type_s``, src/llama-model.cpp), twice the
+16 bits of ``Shape.state_bytes_per_sequence``. The published logs agree: Qwen3-Coder-Next on 4 slots
+holds 397 MiB of context at 4,096 cells, 96 MiB of KV cache and 301 of state, 75 MiB a slot against 37.7
+counted at 16 bits (tests/planner/engine_logs/llamacpp_published.json, rows 22-24)."""

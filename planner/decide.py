@@ -16,12 +16,14 @@ from itertools import islice
 from typing import Literal, overload
 
 from planner.constants import HOST_SHARE, gib
-from planner.estimate import DEFAULT_ESTIMATE, Estimate, engine_shape, llamacpp_host, llamacpp_split, vllm_split
+from planner.estimate import DEFAULT_ESTIMATE, Estimate, engine_shape, llamacpp_host, llamacpp_split
 from planner.index import PoolIndex
 from planner.model import Artifact, Option, PoolNode, Shape
-from planner.options import classes, options
-from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_kv_spread, vllm_tp_allowed
+from planner.options import classes, gguf_kv_bytes, options, original_kv_bytes
+from planner.parallel import vllm_kv_spread, vllm_tp_allowed
+from planner.settings import NO_SETTINGS, Settings, llamacpp_run, vllm_run
 from planner.view import Nodes, PoolView, pool_view
+from planner.vllmcost import vllm_split
 
 Outcome = Literal["placed", "waiting", "failed"]
 ReplicaState = Literal["placed", "fallback", "waiting"]
@@ -208,6 +210,7 @@ def plan_job(
     ever_fit: bool = False,
     held_for_others: Mapping[str, int] | None = None,
     estimate: Estimate = DEFAULT_ESTIMATE,
+    settings: Settings = NO_SETTINGS,
 ) -> JobPlan:
     """Plan every replica of a job against ``nodes`` (what is free for this job): a list of nodes, indexed
     first, or an index or view of one (``planner.index``), on which a plan costs the kinds of node it
@@ -218,13 +221,13 @@ def plan_job(
     replica is placed on the best option if it is free now; else, with ``fallback``, it keeps (or takes)
     the best option that is free now; else it waits. ``ever_fit`` says an earlier plan found an option: such
     a job waits, rather than fails, when the pool no longer holds it. ``estimate`` says how an engine's own
-    cost is counted.
+    cost is counted, ``settings`` what the engines are started with.
     """
     kept, dropped = _scale(running, replicas)
     view = pool_view(nodes)
-    ranked = tuple(options(artifacts, shape, view, context, estimate))
+    ranked = tuple(options(artifacts, shape, view, context, estimate, settings))
     if not ranked:
-        why = why_unfit(artifacts, shape, view, context, estimate)
+        why = why_unfit(artifacts, shape, view, context, estimate, settings)
         if not ever_fit and not any(r.holds for r in kept):
             return JobPlan("failed", None, (), (), dropped, why)
         gone = Wait("gone", None, (), (), f"no node in the pool can hold it now ({why}); waiting for one")
@@ -307,6 +310,7 @@ def why_unfit(
     nodes: Nodes,
     context: int,
     estimate: Estimate = DEFAULT_ESTIMATE,
+    settings: Settings = NO_SETTINGS,
 ) -> str:
     """What was too large for what, for a request with no option at all."""
     if not nodes:
@@ -316,28 +320,35 @@ def why_unfit(
     parts = []
     for a in artifacts:
         weights = a.weights_bytes
-        kv = llamacpp_kv_bytes(shape, context) if a.format == "gguf" else vllm_kv_bytes(shape, context)
+        gguf = a.format == "gguf"
+        kv = gguf_kv_bytes(shape, context, settings) if gguf else original_kv_bytes(shape, context, settings)
+        llama = llamacpp_run(settings.llamacpp)
         head = f"{a.name} ({gib(weights):.1f} GiB, KV cache {gib(kv):.1f} GiB at {context} tokens)"
         if pools:
             widest = max(pools, key=lambda c: (c.max_gpus * c.mem_gb, c.gpu_class))
             w = widest.max_gpus
             if a.format == "gguf":
                 need = llamacpp_split(
-                    weights, kv, w, engine_shape(shape, gguf=True), context=context, estimate=estimate
+                    weights, kv, w, engine_shape(shape, gguf=True), context=context, estimate=estimate, run=llama
                 )
             else:
                 w = 1 << (w.bit_length() - 1)
                 while w > 1 and not vllm_tp_allowed(shape, w):
                     w //= 2
                 spread = vllm_kv_spread(shape, kv, w)
-                need = vllm_split(weights, spread, engine_shape(shape), tp=w, context=context, estimate=estimate)
+                run = vllm_run(settings.vllm, widest.gpu_class, widest.mem_gb)
+                need = vllm_split(
+                    weights, spread, engine_shape(shape), tp=w, context=context, estimate=estimate, run=run
+                )
             per = gib(need.total)
             cards = f"needs {per:.1f} GiB a card on {w} × {widest.gpu_class} of {widest.budget_gb:.1f}"
         else:
             cards = "no node has a card"
         part = f"{head}: {cards}"
         if a.format == "gguf":
-            host = llamacpp_host(weights, kv, engine_shape(shape, gguf=True), context=context, estimate=estimate)
+            host = llamacpp_host(
+                weights, kv, engine_shape(shape, gguf=True), context=context, estimate=estimate, run=llama
+            )
             total = gib(host.total)
             part += f"; {total:.1f} GiB of RAM on the CPU, the largest node offers {ram:.1f}"
         parts.append(part)

@@ -1,15 +1,17 @@
 """What one card (or a CPU node's RAM) needs for a replica: the weights, the KV cache, and the engine's own
 cost, counted one of two ways.
 
-- ``measured``: each of the engine's costs from what the engines report of themselves. For vLLM, the terms
-  of its start-up profile: memory outside PyTorch (NCCL's buffers when tensor parallel), the activation
-  peak of the forward pass and sampler it profiles with, and CUDA graphs. For llama.cpp, its buffers: the
-  CUDA context on a card, the compute buffer (logits for a micro-batch over the vocabulary, and a little
-  per token of context), and the process. The constants and their sources are in ``planner.constants``;
-  the rows they were fitted on are in ``tests/planner/engine_profiles/``.
+- ``measured``: each of the engine's costs from what the engines report of themselves, at the settings the
+  engine runs with on the card (``planner.settings``). For vLLM, the terms of its start-up profile
+  (``planner.vllmcost``). For llama.cpp (here), its buffers: the CUDA context on a card, the compute
+  buffer (logits for a micro-batch over the vocabulary and a little per cell of cache with flash
+  attention; without it, every head's scores against every cell), and the process. The constants and
+  their sources are in ``planner.constants``; the rows they were fitted on are in
+  ``tests/planner/engine_profiles/`` and ``tests/planner/engine_logs/``.
 - ``seed``: the original planner's rule: llama.cpp 1 GiB + weights/20, vLLM 2 GiB + weights/5.
 
-Both count the KV cache for ``context`` tokens of one sequence, as the planner always has.
+Both count the KV cache a request's context takes: one sequence for vLLM; for llama.cpp every slot's
+cells where the server keeps slots of their own (``planner.settings``).
 """
 
 from __future__ import annotations
@@ -22,36 +24,28 @@ from planner.constants import (
     LLAMACPP_CARD_FIXED,
     LLAMACPP_CONTEXT_BYTES_PER_UBATCH,
     LLAMACPP_CUDA_CONTEXT,
+    LLAMACPP_FA_HIDDEN_BYTES,
     LLAMACPP_HOST_FIXED,
     LLAMACPP_HOST_HIDDEN_BYTES,
     LLAMACPP_LOGITS_BYTES,
+    LLAMACPP_NO_FA_HIDDEN_BYTES,
+    LLAMACPP_SCORE_BYTES,
     LLAMACPP_UBATCH,
+    UNKNOWN_HEADS,
     UNKNOWN_HIDDEN,
-    UNKNOWN_LAYERS,
     UNKNOWN_VOCAB,
-    VLLM_BATCHED_TOKENS,
-    VLLM_FORWARD_BYTES,
-    VLLM_FORWARD_PEAK_BYTES,
-    VLLM_GRAPHS_FIXED,
-    VLLM_GRAPHS_MOE,
-    VLLM_GRAPHS_PER_HIDDEN,
-    VLLM_GRAPHS_PER_LAYER,
-    VLLM_MAX_SEQS,
-    VLLM_MOE_FORWARD_BYTES,
-    VLLM_NON_TORCH_ONE_CARD,
-    VLLM_NON_TORCH_STAGE,
-    VLLM_NON_TORCH_TP,
-    VLLM_NON_TORCH_TP_PER_CARD,
-    VLLM_SAMPLER_BYTES,
     gguf_overhead_bytes,
-    vllm_overhead_bytes,
 )
 from planner.model import Shape
+from planner.settings import NO_SETTINGS, LlamacppRun, LlamacppSettings, Settings, llamacpp_run
 
 Estimate = Literal["measured", "seed"]
 ESTIMATES: tuple[Estimate, ...] = get_args(Estimate)
 DEFAULT_ESTIMATE: Estimate = "measured"
 """What a plan counts with when neither the request nor the deployment names an estimate."""
+
+LLAMACPP_DEFAULTS = llamacpp_run(LlamacppSettings())
+"""llama-server as it starts with no settings given."""
 
 LONG_CONTEXT = 32_768
 """Past this many tokens of context the profiles have no row (they were taken at 2k-32k)."""
@@ -71,6 +65,10 @@ class EngineShape:
     """A vision (or audio) encoder besides the language model, which vLLM profiles too."""
     float32: bool = False
     """The engine computes in float32 (a float32 checkpoint vLLM is asked to keep so)."""
+    vision_hidden: int = 0
+    """The vision tower's width, which sizes vLLM's encoder profile; 0: none counted."""
+    heads: int = 0
+    """Attention heads: llama.cpp without flash attention holds every head's scores; 0 is unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +98,13 @@ def engine_shape(shape: Shape, *, gguf: bool = False) -> EngineShape:
         vocab=shape.vocab,
         moe=shape.experts > 0,
         multimodal=shape.vision_params > 0 and not gguf,
+        vision_hidden=0 if gguf else shape.vision_hidden,
+        heads=shape.heads,
     )
 
 
-def _need(weights: int, kv: int, parts: tuple[tuple[str, int], ...], thin: tuple[str, ...] = ()) -> Need:
+def need_of(weights: int, kv: int, parts: tuple[tuple[str, int], ...], thin: tuple[str, ...] = ()) -> Need:
+    """A need of its parts."""
     return Need(weights=weights, kv=kv, engine=sum(b for _, b in parts), parts=parts, thin=thin)
 
 
@@ -121,122 +122,76 @@ def thin_data(shape: EngineShape, context: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True, slots=True)
-class VllmFit:
-    """The constants of vLLM's terms, as one value: ``VLLM_FIT`` is the one fitted on every profile (see
-    ``planner.constants`` for each one's source); a check may refit them on part of the profiles."""
-
-    sampler_bytes: int = VLLM_SAMPLER_BYTES
-    forward_peak_bytes: int = VLLM_FORWARD_PEAK_BYTES
-    forward_bytes: int = VLLM_FORWARD_BYTES
-    moe_forward_bytes: int = VLLM_MOE_FORWARD_BYTES
-    non_torch_one_card: int = VLLM_NON_TORCH_ONE_CARD
-    non_torch_stage: int = VLLM_NON_TORCH_STAGE
-    non_torch_tp: int = VLLM_NON_TORCH_TP
-    non_torch_tp_per_card: int = VLLM_NON_TORCH_TP_PER_CARD
-    graphs_fixed: int = VLLM_GRAPHS_FIXED
-    graphs_per_layer: int = VLLM_GRAPHS_PER_LAYER
-    graphs_per_hidden: int = VLLM_GRAPHS_PER_HIDDEN
-    graphs_moe: int = VLLM_GRAPHS_MOE
-
-
-VLLM_FIT = VllmFit()
-
-
-def vllm_activation(
+def llamacpp_compute(
     shape: EngineShape,
+    cells: int,
     *,
-    batched_tokens: int = VLLM_BATCHED_TOKENS,
-    max_seqs: int = VLLM_MAX_SEQS,
-    fit: VllmFit = VLLM_FIT,
+    ubatch: int = LLAMACPP_UBATCH,
+    flash_attn: bool = True,
+    fa_hidden_bytes: int = LLAMACPP_FA_HIDDEN_BYTES,
+    no_fa_hidden_bytes: int = LLAMACPP_NO_FA_HIDDEN_BYTES,
 ) -> int:
-    """vLLM's profiled activation peak on each card: the sampler's logits for ``max_seqs`` sequences over
-    the whole vocabulary (gathered on every card, so not divided by tensor parallel, as the profiles show),
-    or the forward pass of ``batched_tokens`` tokens where that is larger, and what both hold."""
+    """llama.cpp's compute buffer for a cache of ``cells`` tokens (every slot's): with flash attention the
+    logits of a micro-batch over the vocabulary, a little per cell and per unit of width; without, the
+    attention scores of a micro-batch against every cell for every head (f32), the f32 mask, and a little
+    per unit of width, where that is larger. The graph is reserved for ``min(ubatch, cells)`` tokens (a
+    micro-batch never outgrows the cache: bge-small at ``-ub 2048`` with 512 cells reserves a 512-token
+    graph, tests/planner/engine_logs/README-llamacpp.md)."""
+    if cells > 0:
+        ubatch = min(ubatch, cells)
     vocab = shape.vocab or UNKNOWN_VOCAB
     hidden = shape.hidden or UNKNOWN_HIDDEN
-    held = fit.forward_bytes * (2 if shape.float32 else 1) + (fit.moe_forward_bytes if shape.moe else 0)
-    peak = max(max_seqs * vocab * fit.sampler_bytes, batched_tokens * hidden * fit.forward_peak_bytes)
-    return peak + batched_tokens * hidden * held
+    per_token = LLAMACPP_LOGITS_BYTES * vocab + LLAMACPP_CONTEXT_BYTES_PER_UBATCH * cells + fa_hidden_bytes * hidden
+    fused = ubatch * per_token
+    if flash_attn:
+        return fused
+    heads = shape.heads or UNKNOWN_HEADS
+    scores = ubatch * cells * (heads + 1) * LLAMACPP_SCORE_BYTES + ubatch * hidden * no_fa_hidden_bytes
+    return max(fused, scores)
 
 
-def vllm_non_torch(tp: int, pp: int = 1, *, fit: VllmFit = VLLM_FIT) -> int:
-    """Memory outside PyTorch on each card of a ``tp``-wide group (of ``pp`` pipeline stages)."""
-    if tp > 1:
-        return fit.non_torch_tp + tp * fit.non_torch_tp_per_card
-    return fit.non_torch_one_card if pp == 1 else fit.non_torch_stage
-
-
-def vllm_graphs(shape: EngineShape, tp: int = 1, pp: int = 1, *, fit: VllmFit = VLLM_FIT) -> int:
-    """CUDA graph memory on each card: per layer the card holds, and per unit of hidden size its share."""
-    layers = -(-(shape.layers or UNKNOWN_LAYERS) // pp)
-    hidden = shape.hidden or UNKNOWN_HIDDEN
-    moe = fit.graphs_moe if shape.moe else 0
-    return fit.graphs_fixed + layers * fit.graphs_per_layer + hidden * fit.graphs_per_hidden // tp + moe
-
-
-def vllm_card(
+def llamacpp_card(
     weights: int,
     kv: int,
     shape: EngineShape,
     *,
-    tp: int = 1,
-    pp: int = 1,
+    context: int,
     estimate: Estimate = DEFAULT_ESTIMATE,
-    context: int = 0,
-    batched_tokens: int = VLLM_BATCHED_TOKENS,
-    max_seqs: int = VLLM_MAX_SEQS,
-    fit: VllmFit = VLLM_FIT,
+    run: LlamacppRun = LLAMACPP_DEFAULTS,
 ) -> Need:
-    """One card of a vLLM replica holding ``weights`` and ``kv`` bytes (its share of each).
-
-    ``measured`` counts what vLLM holds within its ``--gpu-memory-utilization`` share, CUDA graphs
-    included (vLLM profiles them into the share since 0.21): the CUDA context and NCCL's set-up, taken
-    before vLLM profiles, live in the rest of the card."""
+    """One card of a llama.cpp replica holding ``weights`` and ``kv`` bytes (its share by layer), run with
+    ``run``'s settings. Each card of a split has its own CUDA context and compute buffer, so each counts
+    them whole."""
     if estimate == "seed":
-        return _need(weights, kv, (("2 GiB + weights/5", vllm_overhead_bytes(weights)),))
-    parts = (
-        ("non-torch", vllm_non_torch(tp, pp, fit=fit)),
-        ("activation peak", vllm_activation(shape, batched_tokens=batched_tokens, max_seqs=max_seqs, fit=fit)),
-        ("CUDA graphs", vllm_graphs(shape, tp, pp, fit=fit)),
-    )
-    return _need(weights, kv, parts, thin_data(shape, context))
-
-
-def llamacpp_compute(shape: EngineShape, context: int, *, ubatch: int = LLAMACPP_UBATCH) -> int:
-    """llama.cpp's compute buffer with flash attention: the logits of a micro-batch over the vocabulary,
-    and a little per token of context."""
-    vocab = shape.vocab or UNKNOWN_VOCAB
-    return ubatch * (LLAMACPP_LOGITS_BYTES * vocab + LLAMACPP_CONTEXT_BYTES_PER_UBATCH * context)
-
-
-def llamacpp_card(
-    weights: int, kv: int, shape: EngineShape, *, context: int, estimate: Estimate = DEFAULT_ESTIMATE
-) -> Need:
-    """One card of a llama.cpp replica holding ``weights`` and ``kv`` bytes (its share by layer). Each card
-    of a split has its own CUDA context and compute buffer, so each counts them whole."""
-    if estimate == "seed":
-        return _need(weights, kv, (("1 GiB + weights/20", gguf_overhead_bytes(weights)),))
+        return need_of(weights, kv, (("1 GiB + weights/20", gguf_overhead_bytes(weights)),))
+    cells = run.cache_tokens(context)
     parts = (
         ("CUDA context", LLAMACPP_CUDA_CONTEXT),
-        ("compute buffer", llamacpp_compute(shape, context)),
+        ("compute buffer", llamacpp_compute(shape, cells, ubatch=run.ubatch, flash_attn=run.flash_attn)),
         ("cuBLAS and pools", LLAMACPP_CARD_FIXED),
     )
-    return _need(weights, kv, parts, thin_data(shape, context))
+    return need_of(weights, kv, parts, thin_data(shape, context))
 
 
 def llamacpp_host(
-    weights: int, kv: int, shape: EngineShape, *, context: int, estimate: Estimate = DEFAULT_ESTIMATE
+    weights: int,
+    kv: int,
+    shape: EngineShape,
+    *,
+    context: int,
+    estimate: Estimate = DEFAULT_ESTIMATE,
+    run: LlamacppRun = LLAMACPP_DEFAULTS,
 ) -> Need:
     """A llama.cpp replica in a node's RAM, the whole file mapped in (a CPU build)."""
     if estimate == "seed":
-        return _need(weights, kv, (("1 GiB + weights/20", gguf_overhead_bytes(weights)),))
+        return need_of(weights, kv, (("1 GiB + weights/20", gguf_overhead_bytes(weights)),))
     hidden = shape.hidden or UNKNOWN_HIDDEN
-    parts = (
-        ("compute buffer", llamacpp_compute(shape, context) + LLAMACPP_UBATCH * hidden * LLAMACPP_HOST_HIDDEN_BYTES),
-        ("process", LLAMACPP_HOST_FIXED),
-    )
-    return _need(weights, kv, parts, thin_data(shape, context))
+    cells = run.cache_tokens(context)
+    # on a CPU the width's share is the host's own figure, fitted on the CPU profiles
+    compute = llamacpp_compute(shape, cells, ubatch=run.ubatch, flash_attn=run.flash_attn, fa_hidden_bytes=0)
+    compute += run.ubatch * hidden * LLAMACPP_HOST_HIDDEN_BYTES
+    parts = (("compute buffer", compute), ("process", LLAMACPP_HOST_FIXED))
+    return need_of(weights, kv, parts, thin_data(shape, context))
 
 
 def describe(need: Need) -> str:
@@ -250,29 +205,19 @@ def describe(need: Need) -> str:
 
 
 def llamacpp_split(
-    weights: int, kv: int, width: int, shape: EngineShape, *, context: int, estimate: Estimate = DEFAULT_ESTIMATE
+    weights: int,
+    kv: int,
+    width: int,
+    shape: EngineShape,
+    *,
+    context: int,
+    estimate: Estimate = DEFAULT_ESTIMATE,
+    run: LlamacppRun = LLAMACPP_DEFAULTS,
 ) -> Need:
     """One of ``width`` cards of a llama.cpp replica split by layer: its share of the weights and KV cache
     (counted as the seed did, ``(weights + kv) // width``), and the engine's cost on a card."""
     share = weights // width
-    return llamacpp_card(share, (weights + kv) // width - share, shape, context=context, estimate=estimate)
-
-
-def vllm_split(
-    weights: int,
-    kv: int,
-    shape: EngineShape,
-    *,
-    tp: int,
-    pp: int = 1,
-    context: int,
-    estimate: Estimate = DEFAULT_ESTIMATE,
-) -> Need:
-    """One of ``tp × pp`` cards of a vLLM replica: its share of the weights and of ``kv`` (the KV cache the
-    whole group holds, replicated heads included), counted as the seed did, and vLLM's cost on a card."""
-    cards = tp * pp
-    share = weights // cards
-    return vllm_card(share, (weights + kv) // cards - share, shape, tp=tp, pp=pp, estimate=estimate, context=context)
+    return llamacpp_card(share, (weights + kv) // width - share, shape, context=context, estimate=estimate, run=run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +227,13 @@ class Sizing:
     estimate: Estimate = DEFAULT_ESTIMATE
     shape: EngineShape = field(default_factory=EngineShape)
     context: int = 0
+    settings: Settings = NO_SETTINGS
+    """The engines' settings the request (or the deployment) gives; the rest are each engine's defaults
+    for the card (``planner.settings``)."""
+
+    @property
+    def llamacpp(self) -> LlamacppRun:
+        return llamacpp_run(self.settings.llamacpp)
 
     def margin(self, need: Need) -> str:
         """Where the data behind ``need`` are thin, for the option to say."""

@@ -14,9 +14,11 @@ from functools import lru_cache
 from typing import Any
 
 from planner.constants import fits, gib
-from planner.estimate import Need, Sizing, llamacpp_host, llamacpp_split, vllm_split
+from planner.estimate import Need, Sizing, llamacpp_host, llamacpp_split
 from planner.model import Artifact, Option, Shape
 from planner.parallel import vllm_kv_spread
+from planner.settings import VllmRun
+from planner.vllmcost import vllm_split
 
 SIZING_CACHE = 65_536
 """Sizings kept per function: a few hundred per repository served."""
@@ -34,7 +36,7 @@ Classes = tuple[tuple[str, int, int], ...]
 @lru_cache(maxsize=SIZING_CACHE)
 def host_need(weights: int, kv: int, s: Sizing) -> Need:
     """A llama.cpp replica in one node's RAM."""
-    return llamacpp_host(weights, kv, s.shape, context=s.context, estimate=s.estimate)
+    return llamacpp_host(weights, kv, s.shape, context=s.context, estimate=s.estimate, run=s.llamacpp)
 
 
 @lru_cache(maxsize=SIZING_CACHE)
@@ -42,17 +44,19 @@ def gguf_width(weights: int, kv: int, mem_gb: int, max_gpus: int, s: Sizing) -> 
     """The fewest of a node's cards of ``mem_gb`` GiB that hold a llama.cpp split, and what each holds
     (more cards than the fewest buy nothing here); None when even ``max_gpus`` do not."""
     for width in range(1, max_gpus + 1):
-        need = llamacpp_split(weights, kv, width, s.shape, context=s.context, estimate=s.estimate)
+        run = s.llamacpp
+        need = llamacpp_split(weights, kv, width, s.shape, context=s.context, estimate=s.estimate, run=run)
         if fits(gib(need.total), mem_gb):
             return width, need
     return None
 
 
 @lru_cache(maxsize=SIZING_CACHE)
-def vllm_need(weights: int, kv: int, shape: Shape, tp: int, pp: int, s: Sizing) -> Need:
-    """One of ``tp × pp`` cards of a vLLM replica, with the KV cache spread as vLLM shards it."""
+def vllm_need(weights: int, kv: int, shape: Shape, tp: int, pp: int, s: Sizing, run: VllmRun | None = None) -> Need:
+    """One of ``tp × pp`` cards of a vLLM replica run with ``run`` (vLLM's defaults on an H100 where None),
+    with the KV cache spread as vLLM shards it."""
     spread = vllm_kv_spread(shape, kv, tp)
-    return vllm_split(weights, spread, s.shape, tp=tp, pp=pp, context=s.context, estimate=s.estimate)
+    return vllm_split(weights, spread, s.shape, tp=tp, pp=pp, context=s.context, estimate=s.estimate, run=run)
 
 
 class GgufLayout:
@@ -85,6 +89,8 @@ class GgufLayout:
 def gguf_layout(a: Artifact, kv: int, bpw: float, s: Sizing, classes: Classes) -> GgufLayout:
     """``a``'s layout on ``classes``, with ``kv`` bytes of KV cache and ``bpw`` bits per weight."""
 
+    args = s.llamacpp.args(s.context)
+
     def option(need: Need, **where: object) -> Option:
         return Option(
             artifact=a.name,
@@ -93,6 +99,7 @@ def gguf_layout(a: Artifact, kv: int, bpw: float, s: Sizing, classes: Classes) -
             bits_per_weight=bpw,
             estimate=s.estimate,
             margin=s.margin(need),
+            settings=args,
             **where,  # type: ignore[arg-type]
         )
 

@@ -3,7 +3,7 @@
 Names and JSON keys follow the seed: an ``Option`` serialises with the keys other services read
 (``artifact``, ``format``, ``engine``, ``cpu``, ``gpu_class``, ``fabric``, ``gpus_per_node``, ``nodes``,
 ``need_gb``, ``have_gb``, ``hosts``, ``free_now``, ``bits_per_weight``), leaving out the empty ones as
-the seed's ``omitempty`` does.
+the seed's ``omitempty`` does; ``estimate``, ``margin`` and ``settings`` are modelplan's own.
 """
 
 from __future__ import annotations
@@ -89,6 +89,8 @@ class Shape:
     attention_layers: int = 0
     """Of ``layers``, those that keep a KV cache (a hybrid's others keep a fixed state instead); 0 is
     unknown."""
+    vision_hidden: int = 0
+    """The vision tower's width, which sizes vLLM's profile of its encoder; 0 without one or unknown."""
     state_bytes_per_sequence: int = 0
     """The fixed state each sequence keeps in the layers that are not attention (Mamba's convolution and
     SSM state, a gated DeltaNet's recurrent state), as vLLM allocates it; 0 for a model of attention only."""
@@ -137,6 +139,11 @@ class Option:
     """How ``need_gb`` was counted: ``measured`` or ``seed`` (``planner.estimate``)."""
     margin: str = ""
     """Where the data behind the estimate are thin, so that it keeps a margin; empty where they are not."""
+    settings: tuple[str, ...] = ()
+    """The engine's settings the estimate was made for, as the arguments that start it so (``-c 8192 -fa
+    on ...`` for llama-server, ``--max-num-seqs 256 ...`` for ``vllm serve``): those the request gave, and
+    the engine's defaults on this card for the rest (``planner.settings``). Empty in options planned
+    before settings were part of a plan."""
 
     @property
     def gpus(self) -> int:
@@ -175,9 +182,13 @@ class Option:
             out["estimate"] = self.estimate
         if self.margin:
             out["margin"] = self.margin
+        if self.settings:
+            out["settings"] = list(self.settings)
         return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Option:
         """An option as ``to_json`` wrote it (missing keys take their empty value)."""
+        if "settings" in data:
+            data = {**data, "settings": tuple(data["settings"])}
         return cls(**data)

@@ -10,32 +10,29 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import lru_cache
 from operator import attrgetter
 
 from planner import layouts
 from planner.constants import (
     CPU_QUALITY_CAP,
+    LLAMACPP_STATE_WIDENING,
     PAST_CAP_PENALTY,
     QUALITY_CAP,
     card_budget_gb,
-    fits,
-    gib,
 )
-from planner.estimate import (
-    DEFAULT_ESTIMATE,
-    Estimate,
-    Need,
-    Sizing,
-    engine_shape,
-)
-from planner.groups import FabricGroup, Group, HostPool, counted_groups
+from planner.estimate import DEFAULT_ESTIMATE, Estimate, Sizing, engine_shape
+from planner.groups import Group, HostPool, counted_groups
 from planner.index import PoolIndex
-from planner.layouts import LAYOUT_CACHE, Classes, GgufLayout, gguf_layout, vllm_need
+from planner.layouts import LAYOUT_CACHE, Classes, GgufLayout, gguf_layout
 from planner.model import Artifact, Option, PoolNode, Shape
-from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes, vllm_tp_allowed
+from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes
 from planner.quant import bits_of
+from planner.settings import NO_SETTINGS, Settings, llamacpp_run
 from planner.view import Nodes, PoolView, pool_view
+from planner.vllmlayout import Kept, VllmLayout, vllm_options
+
+__all__ = ["options", "vllm_options"]
 
 
 def options(
@@ -44,12 +41,15 @@ def options(
     nodes: Nodes,
     context: int,
     estimate: Estimate = DEFAULT_ESTIMATE,
+    settings: Settings = NO_SETTINGS,
 ) -> list[Option]:
     """Every way each artifact could run, best first.
 
-    ``context`` is the token pool: llama.cpp's ``--ctx-size``, or vLLM's ``--max-model-len`` for one
-    sequence. ``estimate`` says how an engine's own cost is counted (``planner.estimate``). ``nodes``: a
-    list is counted (one pass); an index (``planner.index``) has the counts already.
+    ``context`` is the tokens one request may hold: llama.cpp's ``--ctx-size`` for each slot, or vLLM's
+    ``--max-model-len``. ``estimate`` says how an engine's own cost is counted (``planner.estimate``), and
+    ``settings`` what the engines are started with (``planner.settings``: the rest at each engine's
+    defaults for the card). ``nodes``: a list is counted (one pass); an index (``planner.index``) has the
+    counts already.
 
     What each file needs on each class is sized once and kept (``planner.layouts``), and so is the
     ranking a request's options come to for the pool's counts: a worker planning the same repository
@@ -63,7 +63,12 @@ def options(
         pools = grouped(nodes)
         hosts = lambda: HostPool.of(nodes)  # noqa: E731 (counted only for a request with a GGUF)
     request = _request(
-        tuple(artifacts), shape, context, estimate, tuple((c.gpu_class, c.mem_gb, c.max_gpus) for c in pools)
+        tuple(artifacts),
+        shape,
+        context,
+        estimate,
+        tuple((c.gpu_class, c.mem_gb, c.max_gpus) for c in pools),
+        settings,
     )
     host_pool = hosts() if request.in_ram else None
     originals = tuple(layout.kept_on(pools) for layout in request.originals)
@@ -91,7 +96,7 @@ class _Request:
     rankings made so far, by the pool's counts that options read."""
 
     gguf: tuple[GgufLayout, ...]
-    originals: tuple[_VllmLayout, ...]
+    originals: tuple[VllmLayout, ...]
     order: tuple[tuple[bool, int], ...]
     """Each artifact in the request's order: ``(is GGUF, its place in gguf or originals)``."""
     widths: tuple[tuple[int, int], ...]
@@ -107,10 +112,15 @@ RANKINGS_KEPT = 64
 
 @lru_cache(maxsize=LAYOUT_CACHE)
 def _request(
-    artifacts: tuple[Artifact, ...], shape: Shape, context: int, estimate: Estimate, classes: Classes
+    artifacts: tuple[Artifact, ...],
+    shape: Shape,
+    context: int,
+    estimate: Estimate,
+    classes: Classes,
+    settings: Settings = NO_SETTINGS,
 ) -> _Request:
     gguf: list[GgufLayout] = []
-    originals: list[_VllmLayout] = []
+    originals: list[VllmLayout] = []
     order: list[tuple[bool, int]] = []
     for a in artifacts:
         bpw = bits_of(a.quant)
@@ -118,16 +128,37 @@ def _request(
         if params > 0:
             bpw = a.weights_bytes * 8 / params
         if a.format == "gguf":
-            sizing = Sizing(estimate, engine_shape(shape, gguf=True), context)
+            sizing = Sizing(estimate, engine_shape(shape, gguf=True), context, settings)
             order.append((True, len(gguf)))
-            gguf.append(gguf_layout(a, llamacpp_kv_bytes(shape, context), bpw, sizing, classes))
+            gguf.append(gguf_layout(a, gguf_kv_bytes(shape, context, settings), bpw, sizing, classes))
         elif a.format in ("safetensors", "pytorch"):
             order.append((False, len(originals)))
-            sizing = Sizing(estimate, engine_shape(shape), context)
-            originals.append(_VllmLayout(a, vllm_kv_bytes(shape, context), shape, bpw, sizing, next(_KEYS)))
+            sizing = Sizing(estimate, engine_shape(shape), context, settings)
+            kv = original_kv_bytes(shape, context, settings)
+            originals.append(VllmLayout(a, kv, shape, bpw, sizing, next(_KEYS)))
     widths = sorted({w for layout in gguf for w in layout.widths})
     in_ram = sorted({layout.host.need_gb for layout in gguf})
     return _Request(tuple(gguf), tuple(originals), tuple(order), tuple(widths), tuple(in_ram))
+
+
+def gguf_kv_bytes(shape: Shape, context: int, settings: Settings = NO_SETTINGS) -> int:
+    """The KV cache llama-server allocates for a context of ``context`` tokens a request: every slot's
+    where the slots have their own, in the cache types set; and a hybrid's recurrent state for every slot,
+    in f32 (``llama_memory_recurrent`` keeps one per sequence, ``n_seq_max``), twice the 16 bits
+    ``state_bytes_per_sequence`` counts."""
+    run = llamacpp_run(settings.llamacpp)
+    f16 = llamacpp_kv_bytes(shape, run.cache_tokens(context), sequences=run.slots, ubatch=run.ubatch)
+    return run.kv_bytes(f16) + run.slots * shape.state_bytes_per_sequence * LLAMACPP_STATE_WIDENING
+
+
+def original_kv_bytes(shape: Shape, context: int, settings: Settings = NO_SETTINGS) -> int:
+    """The KV cache vLLM allocates for one sequence of ``context`` tokens, in the ``kv_cache_dtype`` set
+    (an fp8 cache takes one byte an element where the model's dtype takes two), and a hybrid's state for
+    that sequence, which vLLM keeps in the same pool (a block a sequence for its Mamba-like layers)."""
+    v = settings.vllm
+    kv = vllm_kv_bytes(shape, context, v.max_num_batched_tokens)
+    kv = kv // 2 if (v.kv_cache_dtype or "auto").startswith("fp8") else kv
+    return kv + shape.state_bytes_per_sequence
 
 
 _KEYS = itertools.count()
@@ -137,7 +168,7 @@ layouts.KEPT_ELSEWHERE.append(_request)
 
 
 def _ranked(
-    request: _Request, pools: Sequence[Group], host_pool: HostPool | None, originals: tuple[tuple[_Kept, ...], ...]
+    request: _Request, pools: Sequence[Group], host_pool: HostPool | None, originals: tuple[tuple[Kept, ...], ...]
 ) -> tuple[Option, ...]:
     out: list[Option] = []
     for is_gguf, at in request.order:
@@ -165,164 +196,6 @@ def gguf_options(layout: GgufLayout, host_pool: HostPool, pools: Sequence[Group]
         hosts, free = pools[i].takers(width)
         out.append(layout.counted(i, hosts, free > 0, pools[i].budget_gb))
     return out
-
-
-def vllm_options(
-    a: Artifact, kv: int, shape: Shape, pools: Sequence[Group], bpw: float, sizing: Sizing | None = None
-) -> list[Option]:
-    """vLLM: tensor parallel over the narrowest power of two of one node's cards that holds it; failing
-    that, a node's full width on each of several nodes of one fabric, pipeline parallel between them.
-    Widths are those vLLM accepts (``planner.parallel.vllm_tp_allowed``), and each card holds its share
-    of the KV cache as vLLM shards it (replicated KV heads, the whole MLA latent)."""
-    layout = _VllmLayout(a, kv, shape, bpw, sizing or Sizing())
-    return [o for c in pools for o in layout.on(c)]
-
-
-class _VllmLayout:
-    """One original's vLLM layouts, made a class of card at a time (``on``)."""
-
-    __slots__ = ("a", "bpw", "key", "need", "shape", "sizing")
-
-    def __init__(self, a: Artifact, kv: int, shape: Shape, bpw: float, sizing: Sizing, key: int | None = None) -> None:
-        self.a, self.shape, self.bpw, self.sizing = a, shape, bpw, sizing
-        self.key = key
-        """What the layouts are kept by in the pool's groups (``Group.kept``); None: not kept."""
-
-        @cache  # a layout's need is the same on every fabric, and a pool may have hundreds of fabrics
-        def need(tp: int, pp: int = 1) -> Need:
-            return vllm_need(a.weights_bytes, kv, shape, tp, pp, sizing)
-
-        self.need = need
-
-    def per_card_gb(self, tp: int, pp: int = 1) -> float:
-        return gib(self.need(tp, pp).total)
-
-    def divides(self, w: int) -> bool:
-        return vllm_tp_allowed(self.shape, w)
-
-    def option(self, c: Group, per_node: int, n: int, fabric: str, hosts: int, free_now: bool) -> Option:
-        a, s = self.a, self.sizing
-        return Option(
-            artifact=a.name,
-            format=a.format,
-            engine="vllm",
-            gpu_class=c.gpu_class,
-            fabric=fabric,
-            gpus_per_node=per_node,
-            nodes=n,
-            need_gb=self.per_card_gb(per_node, n),
-            have_gb=c.budget_gb,
-            hosts=hosts,
-            free_now=free_now,
-            bits_per_weight=self.bpw,
-            estimate=s.estimate,
-            margin=s.margin(self.need(per_node, n)),
-        )
-
-    def on(self, c: Group) -> list[Option]:
-        """The layouts on class ``c``: one on a node's cards, or failing that one on each fabric."""
-        w = 1
-        while w <= c.max_gpus and self.divides(w):
-            if fits(self.per_card_gb(w), c.mem_gb):
-                hosts, free = c.takers(w)
-                return [self.option(c, w, 1, "", hosts, free > 0)]
-            w *= 2
-        out: list[Option] = []
-        for fab in c.fabrics:
-            if fab.name:
-                o = self.across(c, fab)
-                if o is not None:
-                    out.append(o)
-        return out
-
-    def across(self, c: Group, fab: FabricGroup) -> Option | None:
-        """The layout over several of ``fab``'s nodes, if one holds the original; kept with the fabric's
-        counts when this layout is kept."""
-        key = self.key
-        if key is not None:
-            o = fab.kept.get(key, _UNKNOWN)
-            if o is not _UNKNOWN:
-                return o  # type: ignore[return-value]
-        multi = _across_nodes(fab, self.divides, self.per_card_gb, c.mem_gb)
-        o = None
-        if multi is not None:
-            width, n, hosts, free = multi
-            o = self.option(c, width, n, fab.name, hosts, free >= n)
-        if key is not None:
-            _keep(fab.kept, key, o)
-        return o
-
-    def kept_on(self, pools: Sequence[Group]) -> tuple[_Kept, ...]:
-        """``on`` each class, kept in the class's counts: worked out again only for a class that changed,
-        and then only on the fabrics that changed."""
-        key = self.key
-        assert key is not None
-        out: list[_Kept] = []
-        for c in pools:
-            got = c.kept.get(key)
-            if got is None:
-                got = _Kept(tuple(self.on(c)))
-                _keep(c.kept, key, got)
-            out.append(got)  # type: ignore[arg-type]
-        return tuple(out)
-
-
-_UNKNOWN = object()
-KEPT_PER_GROUP = 64
-"""Layouts a group keeps at most, one per original planned lately: more, and it forgets them all."""
-
-
-def _keep(kept: dict[int, object], key: int, value: object) -> None:
-    if len(kept) >= KEPT_PER_GROUP:
-        kept.clear()
-    kept[key] = value
-
-
-class _Kept:
-    """A class's options for one original, hashed once: part of the key a request's rankings are kept by."""
-
-    __slots__ = ("_hash", "options")
-
-    def __init__(self, options: tuple[Option, ...]) -> None:
-        self.options = options
-        self._hash = hash(options)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Kept) and (self.options is other.options or self.options == other.options)
-
-
-def _across_nodes(
-    fab: FabricGroup, divides: Callable[[int], bool], per_card_gb: Callable[[int, int], float], mem_gb: int
-) -> tuple[int, int, int, int] | None:
-    """The pipeline-parallel layout on one fabric: ``(cards per node, nodes, hosts, free hosts)``.
-
-    Each node gives its full width (the largest power of two of its cards), and the layout takes the
-    fewest cards in all, then the fewest nodes. On a fabric of like nodes that is the seed's rule
-    exactly. Where node widths differ, the seed took the widest node of the class for everyone, so
-    adding one wide node could leave narrower nodes without a layout; here each width present in the
-    fabric is tried with the nodes that have that many cards, so a new node only ever adds layouts.
-    """
-    best: tuple[int, int, int, int] | None = None
-    for width in sorted({_full_width(gpus) for gpus, _ in fab.cards}, reverse=True):
-        if not divides(width):
-            continue
-        takers, free = fab.takers(width)
-        n = 2
-        while n <= takers:
-            if fits(per_card_gb(width, n), mem_gb):
-                if best is None or width * n < best[0] * best[1]:
-                    best = (width, n, takers, free)
-                break
-            n *= 2
-    return best
-
-
-def _full_width(gpus: int) -> int:
-    """The largest power of two not above ``gpus``."""
-    return 1 << (gpus.bit_length() - 1)
 
 
 @dataclass(slots=True)

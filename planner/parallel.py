@@ -41,27 +41,31 @@ def vllm_tp_allowed(shape: Shape, tp: int) -> bool:
     return shape.kv_heads % tp == 0 or tp % shape.kv_heads == 0
 
 
-def vllm_kv_bytes(shape: Shape, context: int) -> int:
+def vllm_kv_bytes(shape: Shape, context: int, batched_tokens: int | None = None) -> int:
     """The KV cache vLLM allocates for one sequence of ``context`` tokens, the whole model.
 
     Full-attention layers take every token; a sliding-window layer takes at most ``window - 1`` tokens
-    plus a batch of new ones, in blocks, plus one block (``SlidingWindowSpec.max_memory_usage_bytes``,
-    vllm/v1/kv_cache_interface.py, v0.10).
+    plus a batch of new ones (``batched_tokens``; where not set, the larger of vLLM's defaults), in
+    blocks, plus one block (``SlidingWindowSpec.max_memory_usage_bytes``, vllm/v1/kv_cache_interface.py,
+    v0.10).
     """
+    batch = batched_tokens or VLLM_BATCHED_TOKENS
     total = shape.kv_bytes_per_token * context
     for window, per_token in shape.windows:
-        tokens = min(window - 1 + VLLM_BATCHED_TOKENS, context)
+        tokens = min(window - 1 + batch, context)
         kept = (-(-tokens // VLLM_BLOCK_TOKENS) + 1) * VLLM_BLOCK_TOKENS
         total -= per_token * max(context - kept, 0)
     return total
 
 
-def llamacpp_kv_bytes(shape: Shape, context: int) -> int:
-    """The KV cache llama.cpp allocates for ``--ctx-size context``, the whole model: full layers for every
-    cell, sliding-window layers for the SWA cache's cells."""
+def llamacpp_kv_bytes(
+    shape: Shape, context: int, *, sequences: int = LLAMACPP_SWA_SEQUENCES, ubatch: int = LLAMACPP_UBATCH
+) -> int:
+    """The KV cache llama.cpp allocates for ``--ctx-size context`` in f16, the whole model: full layers for
+    every cell, sliding-window layers for the SWA cache's cells (``sequences`` slots, ``ubatch``)."""
     total = shape.kv_bytes_per_token * context
     for window, per_token in shape.windows:
-        wanted = window * LLAMACPP_SWA_SEQUENCES + LLAMACPP_UBATCH
+        wanted = window * sequences + ubatch
         cells = min(context, -(-wanted // LLAMACPP_SWA_PAD) * LLAMACPP_SWA_PAD)
         total -= per_token * (context - cells)
     return total

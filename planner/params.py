@@ -40,6 +40,15 @@ def vision_params(lang: LanguageConfig) -> int:
     return _vision(lang.top, _int(lang.fields, "hidden_size"))
 
 
+def vision_hidden(lang: LanguageConfig) -> int:
+    """The vision tower's width (``vision_config``'s ``hidden_size``, ``embed_dim`` for Qwen2-VL's,
+    ``vt_hidden_size`` for MoonViT); 0 without one."""
+    vision = lang.top.get("vision_config")
+    if not isinstance(vision, Mapping):
+        return 0
+    return _int(vision, "hidden_size") or _int(vision, "embed_dim") or _int(vision, "vt_hidden_size")
+
+
 def params_from_config(lang: LanguageConfig, kv_heads: int, plan: tuple[Layer, ...] = ()) -> int:
     """The parameter count from the shapes, layer by layer as ``plan`` has them (``planner.layers``; empty:
     read from the config); 0 when a shape it needs is missing."""

@@ -12,7 +12,7 @@ from planner.errors import InvalidInput
 from planner.layers import layer_plan
 from planner.mixers import state_bytes_per_sequence
 from planner.model import Shape
-from planner.params import params_from_config, vision_params
+from planner.params import params_from_config, vision_hidden, vision_params
 
 MAX_CONFIG_DIMENSION = 1 << 24
 """Bounds on a config's layer, head and width counts: far past any model, short of overflowing the
@@ -101,6 +101,7 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
         windows=windows,
         max_context_source=where,
         vision_params=vision_params(lang),
+        vision_hidden=vision_hidden(lang),
         layers=layers,
         hidden=_size(cfg, "hidden_size"),
         vocab=_size(cfg, "vocab_size"),

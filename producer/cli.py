@@ -16,20 +16,24 @@ import redis
 from planner import (
     DEFAULT_CONTEXT,
     ESTIMATES,
+    NO_SETTINGS,
     InvalidInput,
     ModelplanError,
     parse_pool,
     plan,
     pool_nodes,
 )
+from planner.settings import merged
 from producer import agent, clients, operator
 from producer.client import Client, request_from_repository
 from producer.constants import METRICS_ADDR
 from producer.limits import read_bounded
 from producer.named import load_repository
 from producer.refusals import refusals
-from producer.render import beat_text, estimates_text, job_text, options_table, status_text
+from producer.render import beat_text, estimates_text, job_text, options_table, settings_text, status_text
+from producer.settingsargs import add_settings_args, settings_from_args
 from worker.config import CLIENT_ID_ENV, PREFIX_ENV, REDIS_URL_ENV, configure_logging, estimate, redact, redis_url
+from worker.config import settings as deployment_settings
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
 from worker.errors import RedisForbidden, RedisUnavailable, redis_failure
 from worker.logs import get_logger
@@ -46,7 +50,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     nodes = pool_nodes(parse_pool(pool_text, args.pool))
     repo = load_repository(args)
     chosen = estimate(args.estimate)
-    by_estimate = {e: plan(repo, nodes, args.context, e) for e in ESTIMATES}
+    settings = merged(settings_from_args(args) or NO_SETTINGS, deployment_settings())
+    by_estimate = {e: plan(repo, nodes, args.context, e, settings) for e in ESTIMATES}
     if args.json:
         print(json.dumps([o.to_json() for o in by_estimate[chosen]], indent=2))
     else:
@@ -55,6 +60,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"note: {note}")
         print()
         print(estimates_text(by_estimate, chosen))
+        started = settings_text(by_estimate[chosen])
+        if started:
+            print()
+            print("each option sized for the engine started with:\n" + started)
     return 0
 
 
@@ -123,6 +132,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         replicas=args.replicas,
         fallback=args.fallback,
         estimate=args.estimate,
+        settings=settings_from_args(args),
     )
     print(client.submit(req, args.job_id))
     return 0
@@ -231,6 +241,7 @@ def _add_repository_args(p: argparse.ArgumentParser) -> None:
         help="how each card's need is counted: measured (the engines' own profiles) or seed (the original "
         "planner's rule); default: the deployment's (MODELPLAN_ESTIMATE), else measured",
     )
+    add_settings_args(p)
 
 
 def parser() -> argparse.ArgumentParser:

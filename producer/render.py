@@ -44,6 +44,16 @@ def options_table(opts: Sequence[Option]) -> str:
     return "\n".join(lines)
 
 
+def settings_text(opts: Sequence[Option]) -> str:
+    """What each option was sized for the engine to be started with (its ``settings``), once for each set:
+    ``#1,3 vllm: --max-num-batched-tokens 8192 ...``."""
+    by_settings: dict[tuple[str, ...], list[str]] = {}
+    for i, o in enumerate(opts, 1):
+        if o.settings:
+            by_settings.setdefault((o.engine, *o.settings), []).append(str(i))
+    return "\n".join(f"#{','.join(n)} {engine}: {' '.join(args)}" for (engine, *args), n in by_settings.items())
+
+
 def estimates_text(by_estimate: Mapping[Estimate, Sequence[Option]], chosen: Estimate) -> str:
     """The best option under each estimate, so that a person sees what counting with the engines' own
     profiles saves against the seed's rule (or costs), and where the estimate keeps a margin."""
@@ -92,6 +102,8 @@ def job_text(rec: JobRecord) -> str:
     if rec.reason:
         lines.append(f"  reason:  {rec.reason}")
     lines.append(f"  updated: {rec.updated_at.isoformat()} (version {rec.version}, planned {rec.attempts}x)")
+    if rec.option is not None and rec.option.settings:  # what the best option was sized for the engine to run
+        lines.append(f"  engine:  {' '.join(rec.option.settings)}")
     return "\n".join(lines)
 
 
@@ -181,13 +193,17 @@ def status_text(
     refused: Sequence[Refusal] = (),
 ) -> str:
     """The pool drawn as cards, then each node id two agents publish under and each kind of write the
-    server's ACL refused a login, then the jobs at a glance, then one line for each stored record that does
-    not parse."""
+    server's ACL refused a login, then the jobs at a glance and the engine settings each job's best option
+    was sized for, then one line for each stored record that does not parse."""
     out = [f"{len(snap.records)} node(s) in the pool", pool_picture(snap)]
     out += [conflict_line(c) for c in conflicts]
     out += [f.line() for f in refused]
     out.append("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if any(counts.values()) else "no jobs")
     out += [_table([job_row(r) for r in jobs])] if jobs else []
+    # what each job's best option was sized for the engine to be started with
+    out += [
+        f"{r.job_id} {r.option.engine}: {' '.join(r.option.settings)}" for r in jobs if r.option and r.option.settings
+    ]
     for key, found in sorted((quarantined or {}).items()):
         action = f" ({found['action']})" if found.get("action") else ""
         out.append(f"unreadable record {key}: {found.get('what', '?')}{action}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner import DEFAULT_CONTEXT, Estimate, repository_from_folder, repository_from_listing
+from planner import DEFAULT_CONTEXT, Estimate, Settings, repository_from_folder, repository_from_listing
 from planner.repository import Repository
 from producer.limits import check_index, check_listing
 from worker.records import ServeRequest, parse_request
@@ -20,6 +20,7 @@ def request_from_repository(
     replicas: int = 1,
     fallback: bool = False,
     estimate: Estimate | None = None,
+    settings: Settings | None = None,
 ) -> ServeRequest:
     return parse_request(
         {
@@ -41,6 +42,7 @@ def request_from_repository(
                 "experts": repo.shape.experts,
                 "attention_layers": repo.shape.attention_layers,
                 "state_bytes_per_sequence": repo.shape.state_bytes_per_sequence,
+                "vision_hidden": repo.shape.vision_hidden,
             },
             "context": context,
             "artifact": artifact,
@@ -48,6 +50,7 @@ def request_from_repository(
             "replicas": replicas,
             "fallback": fallback,
             "estimate": estimate,
+            "settings": settings.model_dump(exclude_none=True) if settings is not None else None,
         }
     )
 

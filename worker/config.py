@@ -33,6 +33,8 @@ too malformed to parse.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
 import re
@@ -47,6 +49,7 @@ import structlog
 
 from planner.errors import InvalidInput
 from planner.estimate import DEFAULT_ESTIMATE, ESTIMATES, Estimate
+from planner.settings import NO_SETTINGS, Settings, parse_settings
 from worker.constants import DEFAULT_CLIENT_REPLICAS, DEFAULT_MAX_REPLICAS, DEFAULT_PREFIX, DEFAULT_REDIS_URL
 
 REDIS_URL_ENV = "MODELPLAN_REDIS_URL"
@@ -150,6 +153,27 @@ def estimate(given: str | None = None) -> Estimate:
             return known
     allowed = ", ".join(ESTIMATES)
     raise InvalidInput(ESTIMATE_ENV, "(setting)", f"must be one of {allowed} (given {value[:40]!r})")
+
+
+SETTINGS_ENV = "MODELPLAN_SETTINGS"
+
+
+def settings(given: str | None = None) -> Settings:
+    """The engines' settings a deployment plans with where a request leaves one out: ``given``, else
+    ``$MODELPLAN_SETTINGS``, as JSON (``{"vllm": {"max_num_seqs": 256}, "llamacpp": {"parallel": 1}}``);
+    none: each engine's defaults for the card."""
+    return _settings(given if given is not None else os.environ.get(SETTINGS_ENV, ""))
+
+
+@functools.lru_cache(maxsize=8)  # read on every plan: parsed once per text
+def _settings(text: str) -> Settings:
+    if not text.strip():
+        return NO_SETTINGS
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise InvalidInput(SETTINGS_ENV, "(setting)", f"not JSON: {e}") from e
+    return parse_settings(data, SETTINGS_ENV)
 
 
 def redact(url: str) -> str:

@@ -15,11 +15,12 @@ from datetime import datetime, timedelta
 
 from planner.decide import Hold, JobPlan, ReplicaPlan, Running, Wait, plan_job
 from planner.decide import Outcome as PlanOutcome
+from planner.settings import NO_SETTINGS, merged
 from worker import calls as calls_
 from worker import constants as C
 from worker import logs, metrics
 from worker.classes import class_of, waits_on
-from worker.config import estimate
+from worker.config import estimate, settings
 from worker.errors import BadRecord
 from worker.keys import hold_id, nomination_id
 from worker.mirrored import MirroredStore
@@ -127,6 +128,7 @@ def plan_for(rec: JobRecord, snap: Snapshot, wanted: int | None = None) -> JobPl
         ever_fit=rec.ever_fit,
         held_for_others=snap.held_for_others(rec.job_id),
         estimate=req.estimate or estimate(),
+        settings=merged(req.settings or NO_SETTINGS, settings()),
     )
 
 

@@ -14,8 +14,9 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from planner import Artifact, Estimate, InvalidInput, Option, Shape, check_context
+from planner import Artifact, Estimate, InvalidInput, Option, Settings, Shape, check_context
 from planner.pool import ID_REGEX, NodeReport, invalid_from
+from planner.settings import check_settings
 from worker.constants import PRIORITY_MAX, SCHEMA_VERSION, SchemaVersion
 from worker.errors import BadRecord
 from worker.keys import HOLD_PATTERN
@@ -162,6 +163,9 @@ class ServeRequest(BaseModel):
     """While its best option is busy, run on the best option free now, and move when the best frees."""
     estimate: Estimate | None = None
     """How each card's need is counted (``measured`` or ``seed``); none: the deployment's default."""
+    settings: Settings | None = None
+    """The engines' settings that move memory (``planner.settings``); each one left out: the deployment's,
+    else the engine's default on the card."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ServeRequest:
@@ -189,6 +193,8 @@ class ServeRequest(BaseModel):
             raise ValueError("shape: a field is out of range")
         if not all(0 <= n <= 1 << 24 for n in (s.layers, s.hidden, s.vocab, s.experts, s.attention_layers)):
             raise ValueError("shape: a field is out of range")
+        if not 0 <= s.vision_hidden <= 1 << 24:
+            raise ValueError("shape: a field is out of range")
         if not 0 <= s.state_bytes_per_sequence <= 1 << 50:
             raise ValueError("shape: a field is out of range")
         if self.artifact is not None and self.artifact not in names:
@@ -197,6 +203,8 @@ class ServeRequest(BaseModel):
             )
             raise ValueError(f"artifact {self.artifact[:80]!r} is not one of the repository's: {shown}")
         check_context(s, self.context)
+        if self.settings is not None:
+            check_settings(self.settings, "request")
         return self
 
     def planned_artifacts(self) -> tuple[Artifact, ...]:

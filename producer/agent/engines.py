@@ -21,16 +21,19 @@ def gguf_file(artifact: Artifact) -> str:
 def engine_command(request: ServeRequest, option: Option) -> list[str]:
     """The command line that runs ``option`` for ``request`` on one node.
 
-    llama.cpp: ``llama-server -m FILE -c CONTEXT -ngl 999 --split-mode layer`` on cards (every layer on
-    them, split by layer across the node's cards), ``-ngl 0`` on the CPU. vLLM: ``vllm serve MODEL`` with
-    tensor parallel over the node's cards, pipeline parallel over the nodes, the context as
-    ``--max-model-len`` and the share of a card the plan counted on as ``--gpu-memory-utilization``.
+    llama.cpp: ``llama-server -m FILE -ngl 999 --split-mode layer`` on cards (every layer on them, split by
+    layer across the node's cards), ``-ngl 0`` on the CPU. vLLM: ``vllm serve MODEL`` with tensor parallel
+    over the node's cards, pipeline parallel over the nodes and the context as ``--max-model-len``. Then
+    the settings the plan assumed (the option's ``settings``: ``-c`` over every slot, flash attention,
+    batches and cache types for llama.cpp; batched tokens, sequences, the share of a card and the KV cache
+    dtype for vLLM), so that the engine runs as it was sized. An option planned before options carried
+    their settings gets the context and the plan's share of a card, as then.
     """
     context = str(request.context)
     if option.engine == "llamacpp":
         artifact = next((a for a in request.artifacts if a.name == option.artifact), None)
         model_file = gguf_file(artifact) if artifact is not None else option.artifact
-        command = ["llama-server", "-m", model_file, "-c", context]
+        command = ["llama-server", "-m", model_file, *(option.settings or ("-c", context))]
         if option.cpu:
             return [*command, "-ngl", "0"]
         return [*command, "-ngl", str(K.LLAMACPP_ALL_LAYERS), "--split-mode", "layer"]
@@ -44,8 +47,7 @@ def engine_command(request: ServeRequest, option: Option) -> list[str]:
         str(max(option.nodes, 1)),
         "--max-model-len",
         context,
-        "--gpu-memory-utilization",
-        str(USABLE_FRACTION),
+        *(option.settings or ("--gpu-memory-utilization", str(USABLE_FRACTION))),
     ]
 
 

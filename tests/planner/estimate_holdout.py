@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from planner.constants import GIB, MIB
-from planner.estimate import VllmFit, vllm_activation, vllm_card, vllm_graphs
+from planner.vllmcost import VllmFit, vllm_activation, vllm_card, vllm_graphs
 from tests.planner.estimate_table import load, shape_of
 
 KIB = 1 << 10

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from planner.constants import GIB, MIB
-from planner.estimate import ESTIMATES, EngineShape, Estimate, Need, llamacpp_card, llamacpp_host, vllm_card
+from planner.estimate import ESTIMATES, EngineShape, Estimate, Need, llamacpp_card, llamacpp_host
+from planner.vllmcost import vllm_card
 
 PROFILES = Path(__file__).parent / "engine_profiles"
 

@@ -16,10 +16,8 @@ from planner.estimate import (
     llamacpp_host,
     llamacpp_split,
     thin_data,
-    vllm_activation,
-    vllm_card,
-    vllm_split,
 )
+from planner.vllmcost import vllm_activation, vllm_card, vllm_split
 from tests.planner.estimate_holdout import holdouts, summary
 from tests.planner.estimate_table import Row, rows, table, vllm_release_rows
 

@@ -66,6 +66,7 @@ def ref_gguf_options(
     out: list[Option] = []
     common: dict[str, Any] = {"artifact": a.name, "format": a.format, "engine": "llamacpp", "bits_per_weight": bpw}
     common["estimate"] = s.estimate
+    common["settings"] = s.llamacpp.args(s.context)
     if hosts:
         free_now = host_pool.best_free >= total
         margin = s.margin(host_need)

@@ -385,6 +385,12 @@ def test_busy_is_not_unfit() -> None:
 # --- JSON -----------------------------------------------------------------------------------------------
 
 
+H100_SETTINGS = [
+    "--max-num-batched-tokens", "8192", "--max-num-seqs", "1024",
+    "--gpu-memory-utilization", "0.9", "--kv-cache-dtype", "auto",
+]  # fmt: skip
+
+
 def test_option_json_uses_the_seeds_names_and_leaves_out_empty_fields() -> None:
     [multi] = options([original(400)], NO_KV, four_card_nodes(2), 1)
     assert multi.to_json() == {
@@ -401,6 +407,8 @@ def test_option_json_uses_the_seeds_names_and_leaves_out_empty_fields() -> None:
         "free_now": True,
         "bits_per_weight": 16.0,
         "estimate": "seed",
+        # vLLM's API-server defaults on an 80 GiB card that is not an A100, and the plan's share of it
+        "settings": H100_SETTINGS,
     }
     cpu = Option("m.gguf", "gguf", "llamacpp", cpu=True, need_gb=5.0, have_gb=50.0, hosts=1)
     assert cpu.to_json() == {

@@ -24,7 +24,7 @@ def listing(model: str) -> list[str]:
 
 def test_table_on_a_listing(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--pool", POOL, *listing("llama-3-8b-gguf"), "--context", "8192"]) == 0
-    table, both = capsys.readouterr().out.split("\n\n")
+    table, both, started = capsys.readouterr().out.split("\n\n")
     lines = table.splitlines()
     assert lines[0].split() == ["#", "artifact", "bits", "engine", "where", "need", "/", "have", "GiB", "hosts", "now"]
     first = lines[1].split()
@@ -36,6 +36,10 @@ def test_table_on_a_listing(capsys: pytest.CaptureFixture[str]) -> None:
     assert [line.split()[:2] for line in both.splitlines()[1:]] == [
         ["*", "measured"],
         ["seed", "Meta-Llama-3-8B-Instruct-BF16.gguf"],
+    ]
+    # then the settings each option was sized for: llama-server's defaults, the same on every card
+    assert started.splitlines()[1:] == [
+        "#1,2,3,4,5,6,7,8 llamacpp: -c 8192 -fa on -b 2048 -ub 512 -ctk f16 -ctv f16",
     ]
 
 
@@ -59,7 +63,13 @@ def test_json_on_a_listing(capsys: pytest.CaptureFixture[str]) -> None:
         "free_now",
         "bits_per_weight",
         "estimate",
+        "settings",
     }
+    # vLLM's API-server defaults: the larger on an H100, the smaller on an A100 (vllm/engine/arg_utils.py)
+    assert [o["settings"][:4] for o in got] == [
+        ["--max-num-batched-tokens", "8192", "--max-num-seqs", "1024"],
+        ["--max-num-batched-tokens", "2048", "--max-num-seqs", "256"],
+    ]
     assert got[0]["bits_per_weight"] == pytest.approx(16.0)
     assert got[0]["estimate"] == "measured"
 
@@ -96,8 +106,9 @@ def test_on_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert got[0]["need_gb"] == pytest.approx(3 + 0.5 + 1 + 3 / 20)  # 4096 tokens of 128 KiB: 0.5 GiB
     assert main(["plan", "--pool", POOL, "--repo", str(tmp_path), "--json"]) == 0
     [best, *_] = json.loads(capsys.readouterr().out)
-    # measured: the CUDA context, the logits of 512 tokens over 128,256 entries and 1 KiB a token, and pools
-    engine_mib = 518 + 512 * (4 * 128_256 + 2 * 4096) / (1 << 20) + 80
+    # measured: the CUDA context, the logits of 512 tokens over 128,256 entries, 1 KiB a token of context
+    # and 10 bytes a unit of the 4,096 width, and pools
+    engine_mib = 518 + 512 * (4 * 128_256 + 2 * 4096 + 10 * 4096) / (1 << 20) + 80
     assert (best["estimate"], best["need_gb"]) == ("measured", pytest.approx(3 + 0.5 + engine_mib / 1024))
 
 
@@ -233,3 +244,20 @@ def test_a_serve_request_carries_the_shape_the_headers_correct() -> None:
     )
     assert request.shape.kv_bytes_per_token == 256
     assert request_from_listing(files, hybrid_config(), model="hybrid", context=2048).shape.kv_bytes_per_token == 1024
+
+
+def test_settings_on_the_command_line_size_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["plan", "--pool", POOL, *listing("llama-3.1-8b-instruct"), "--context", "32768", "--json"]
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)[0]
+    assert main([*base, "--kv-cache-dtype", "fp8", "--max-num-seqs", "64", "--enforce-eager"]) == 0
+    small = json.loads(capsys.readouterr().out)[0]
+    assert (plain["gpu_class"], small["gpu_class"]) == ("h100-80g", "h100-80g")
+    assert small["settings"][2:4] == ["--max-num-seqs", "64"] and small["settings"][-1] == "--enforce-eager"
+    assert small["need_gb"] < plain["need_gb"] - 2.0  # half the KV cache's 4 GiB, and no CUDA graphs
+
+
+def test_bad_settings_on_the_command_line_name_the_field(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "--pool", POOL, *listing("llama-3-8b-gguf"), "--batch", "256", "--ubatch", "1024"]
+    assert main(args) == 2
+    assert "arguments: settings.llamacpp.ubatch: 1024 is more than batch 256" in capsys.readouterr().err

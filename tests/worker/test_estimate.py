@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from planner import InvalidInput
+from planner import InvalidInput, Settings, VllmSettings
 from producer import Client
 from tests.worker.helpers import drain, hb, request
 from worker import config
@@ -43,3 +44,49 @@ def test_an_unknown_estimate_is_refused_where_it_is_given(monkeypatch: pytest.Mo
     with pytest.raises(InvalidInput, match="MODELPLAN_ESTIMATE: \\(setting\\): must be one of measured, seed"):
         config.estimate()
     assert config.estimate("seed") == "seed"
+
+
+def test_a_requests_settings_reach_the_placed_option_and_the_deployment_fills_the_rest(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client.heartbeat(hb("h-1", "h100-80g", gpus=1))
+    monkeypatch.setenv(config.SETTINGS_ENV, '{"vllm": {"kv_cache_dtype": "fp8", "max_num_seqs": 128}}')
+    job = client.submit(request(context=16_384, settings=Settings(vllm=VllmSettings(max_num_seqs=512))))
+    drain(client)
+    rec = client.get(job)
+    assert rec.state is JobState.PLACED and rec.option is not None
+    assert rec.request.settings is not None and rec.request.settings.vllm.max_num_seqs == 512
+    assert rec.option.settings == (
+        "--max-num-batched-tokens", "8192", "--max-num-seqs", "512", "--gpu-memory-utilization", "0.9",
+        "--kv-cache-dtype", "fp8",
+    )  # fmt: skip
+
+
+def test_bad_settings_are_refused_naming_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = request().model_dump(mode="json") | {"settings": {"llamacpp": {"ubatch": 0}}}
+    with pytest.raises(InvalidInput, match=r"request: settings\.llamacpp\.ubatch: "):
+        parse_request(data)
+    monkeypatch.setenv(config.SETTINGS_ENV, '{"vllm": {"kv_cache_dtype": "int2"}}')
+    with pytest.raises(InvalidInput, match=r"MODELPLAN_SETTINGS: settings\.vllm\.kv_cache_dtype: "):
+        config.settings()
+
+
+def test_settings_on_the_submit_command_line_reach_the_request_and_the_job_text(
+    redis_url: str, client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from producer.cli import main
+    from producer.render import job_text
+
+    client.heartbeat(hb("h-1", "h100-80g", gpus=1))
+    models = Path(__file__).parents[2] / "examples" / "models" / "llama-3-8b-gguf"
+    args = ["submit", "--redis-url", redis_url, "--files", str(models / "files.json")]
+    args += ["--config", str(models / "config.json"), "--job-id", "slots", "--artifact"]
+    args += ["Meta-Llama-3-8B-Instruct-Q4_K_M.gguf", "--parallel", "2", "--flash-attn", "off"]
+    assert main(args) == 0 and capsys.readouterr().out == "slots\n"
+    drain(client)
+    rec = client.get("slots")
+    assert rec.request.settings is not None and rec.request.settings.llamacpp.parallel == 2
+    assert rec.option is not None and rec.option.settings[:6] == ("-c", "8192", "-np", "2", "-fa", "off")
+    assert job_text(rec).splitlines()[-1] == "  engine:  " + " ".join(rec.option.settings)
+    assert main(["status", "--redis-url", redis_url]) == 0
+    assert "slots llamacpp: " + " ".join(rec.option.settings) in capsys.readouterr().out.splitlines()

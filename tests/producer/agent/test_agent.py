@@ -362,6 +362,16 @@ def test_engine_command_lines() -> None:
         "vllm", "serve", "llama-3.1-70b-instruct", "--tensor-parallel-size", "8", "--pipeline-parallel-size", "2",
         "--max-model-len", "32768", "--gpu-memory-utilization", "0.9",
     ]  # fmt: skip
+    # an option that carries the settings it was sized for starts the engine with them
+    slots = replace(on_cards, settings=("-c", "32768", "-np", "4", "-fa", "off", "-ub", "1024"))
+    assert engine_command(gguf, slots) == [
+        "llama-server", "-m", q4, "-c", "32768", "-np", "4", "-fa", "off", "-ub", "1024",
+        "-ngl", "999", "--split-mode", "layer",
+    ]  # fmt: skip
+    eager = replace(vllm, settings=("--max-num-seqs", "256", "--gpu-memory-utilization", "0.8", "--enforce-eager"))
+    assert engine_command(request("llama-3.1-70b-instruct", context=32768), eager)[-6:] == [
+        "32768", "--max-num-seqs", "256", "--gpu-memory-utilization", "0.8", "--enforce-eager"
+    ]  # fmt: skip
     assert engine_env((0, 3)) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,3"}
     assert engine_env(())["CUDA_VISIBLE_DEVICES"] == ""
 
@@ -584,9 +594,11 @@ def test_the_default_hooks_log_what_they_would_run(client: Client) -> None:
         "node_rank": 0,
         "nodes": 1,
     }
+    # the settings the plan sized the card for: vLLM's defaults on an 80 GiB card that is not an A100
     assert planned["command_line"] == (
         "vllm serve llama-3.1-8b-instruct --tensor-parallel-size 1 --pipeline-parallel-size 1 "
-        "--max-model-len 8192 --gpu-memory-utilization 0.9"
+        "--max-model-len 8192 --max-num-batched-tokens 8192 --max-num-seqs 1024 --gpu-memory-utilization 0.9 "
+        "--kv-cache-dtype auto"
     )
     [stopped] = [e for e in logs if e["event"] == "engine_stop_planned"]
     assert (stopped["job_id"], stopped["hold_id"], stopped["cards"]) == (job, held.hold_id, [0])

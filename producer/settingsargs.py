@@ -1,0 +1,53 @@
+"""The engines' settings on the ``modelplan plan`` and ``modelplan submit`` command lines: each flag is the
+engine's own (``vllm serve --max-num-seqs``, ``llama-server --parallel``), and each one left out is the
+deployment's (``MODELPLAN_SETTINGS``), else the engine's default on the card (``planner.settings``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, get_args
+
+from planner.settings import LlamacppCacheType, Settings, VllmKvDtype, parse_settings
+
+_VLLM = (
+    ("--max-num-batched-tokens", "max_num_batched_tokens", int, "tokens vLLM schedules in one step"),
+    ("--max-num-seqs", "max_num_seqs", int, "sequences vLLM runs at once"),
+    ("--gpu-memory-utilization", "gpu_memory_utilization", float, "the share of a card vLLM takes (0-1]"),
+    ("--images-per-prompt", "images_per_prompt", int, "images a prompt may hold (--limit-mm-per-prompt image=N)"),
+)
+_LLAMACPP = (
+    ("--parallel", "parallel", int, "llama-server's slots, each of --context tokens (-np)"),
+    ("--batch", "batch", int, "llama-server's logical batch (-b)"),
+    ("--ubatch", "ubatch", int, "llama-server's micro-batch (-ub)"),
+)
+
+
+def add_settings_args(p: argparse.ArgumentParser) -> None:
+    """The settings that move memory, as flags; default: the deployment's, else the engine's own for the
+    card."""
+    g = p.add_argument_group("vLLM settings (default: the deployment's, else vLLM's for the card)")
+    for flag, dest, kind, text in _VLLM:
+        g.add_argument(flag, dest=f"vllm_{dest}", type=kind, metavar="N", help=text)
+    g.add_argument("--kv-cache-dtype", dest="vllm_kv_cache_dtype", choices=get_args(VllmKvDtype))
+    g.add_argument(
+        "--enforce-eager", dest="vllm_enforce_eager", action="store_true", default=None, help="no CUDA graphs"
+    )
+    g = p.add_argument_group("llama.cpp settings (default: the deployment's, else llama-server's)")
+    g.add_argument("--flash-attn", dest="llamacpp_flash_attn", choices=("on", "off"), help="flash attention (-fa)")
+    for flag, dest, kind, text in _LLAMACPP:
+        g.add_argument(flag, dest=f"llamacpp_{dest}", type=kind, metavar="N", help=text)
+    types = get_args(LlamacppCacheType)
+    g.add_argument("--cache-type-k", dest="llamacpp_cache_type_k", choices=types, help="K cache type (-ctk)")
+    g.add_argument("--cache-type-v", dest="llamacpp_cache_type_v", choices=types, help="V cache type (-ctv)")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings | None:
+    """The settings the flags give, or None where no flag was given."""
+    by: dict[str, dict[str, Any]] = {"vllm": {}, "llamacpp": {}}
+    for name, value in vars(args).items():
+        engine, _, field = name.partition("_")
+        if engine in by and value is not None:
+            by[engine][field] = {"on": True, "off": False}.get(value, value) if field == "flash_attn" else value
+    if not by["vllm"] and not by["llamacpp"]:
+        return None
+    return parse_settings(by, "arguments")

@@ -1,0 +1,142 @@
+"""The measured estimate against start-up logs published by others (``engine_logs/``), at each run's own
+settings: the targets, the rows named where they are not met, and the terms pinned to their rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from planner.constants import LLAMACPP_FA_HIDDEN_BYTES, LLAMACPP_NO_FA_HIDDEN_BYTES, MIB
+from planner.estimate import EngineShape, llamacpp_compute
+from planner.options import gguf_kv_bytes
+from planner.shape import shape_from_config
+from planner.vllmcost import VLLM_FIT
+from tests.planner import published_llamacpp as L
+from tests.planner import published_vllm as V
+from tests.planner.published_fit import (
+    LLAMACPP_EXCEPTIONS,
+    VLLM_EXCEPTIONS,
+    VLLM_OVER,
+    fit_llamacpp,
+    fit_vllm,
+    holdouts,
+)
+from tests.planner.published_table import tables
+
+VLLM = [p for p in V.rows() if not p.why_not]
+LLAMACPP = [p for p in L.rows() if not p.why_not]
+WITHIN = 1.10
+
+
+def test_the_published_tables_are_the_current_ones() -> None:
+    docs = Path(__file__).parents[2] / "docs" / "ESTIMATES.md"
+    assert tables() in docs.read_text(encoding="utf-8"), "regenerate: python -m tests.planner.published_table"
+
+
+def test_enough_published_rows_are_estimated() -> None:
+    assert len(VLLM) >= 20 and len({p.label.split()[0] for p in VLLM}) >= 10
+    assert {1, 2, 4, 8} <= {int(p.label.split(" TP")[1].split()[0]) for p in VLLM}
+    assert len(LLAMACPP) >= 10
+
+
+@pytest.mark.parametrize("row", VLLM, ids=lambda p: f"{p.index}:{p.label}")
+def test_vllm_is_never_under_but_on_the_named_rows(row: V.Published) -> None:
+    assert (row.ratio < 1.0) == (row.index in VLLM_EXCEPTIONS), f"{row.label}: × {row.ratio:.3f}"
+    assert (row.ratio > WITHIN) == (row.index in VLLM_OVER), f"{row.label}: × {row.ratio:.3f}"
+
+
+def test_vllm_within_ten_percent_on_three_in_four_of_the_rows_it_is_for() -> None:
+    """Short of the 90% aimed at: the rows past 10% are named in ``VLLM_OVER`` with why."""
+    held = [p for p in VLLM if p.index not in VLLM_EXCEPTIONS]
+    within = sum(1.0 <= p.ratio <= WITHIN for p in held)
+    assert within / len(held) >= 0.75, (within, len(held))
+
+
+@pytest.mark.parametrize("row", LLAMACPP, ids=lambda p: f"{p.index}:{p.label}")
+def test_llamacpp_is_never_under_and_within_ten_percent_but_on_the_named_row(row: L.PublishedBuffers) -> None:
+    assert row.ratio >= 1.0, f"{row.label}: × {row.ratio:.3f}"
+    assert (row.ratio > WITHIN) == (row.index in LLAMACPP_EXCEPTIONS), f"{row.label}: × {row.ratio:.3f}"
+    assert sum(1.0 <= p.ratio <= WITHIN for p in LLAMACPP) / len(LLAMACPP) >= 0.9
+
+
+def test_the_shipped_constants_cover_the_fit_on_every_row() -> None:
+    every = fit_vllm(range(1000))
+    assert every.non_torch_tp8 <= VLLM_FIT.non_torch_tp8 < every.non_torch_tp8 * 1.1
+    assert every.vision_bytes <= VLLM_FIT.vision_bytes
+    ll = fit_llamacpp(range(1000))
+    assert ll.fa_hidden_bytes <= LLAMACPP_FA_HIDDEN_BYTES and ll.no_fa_hidden_bytes <= LLAMACPP_NO_FA_HIDDEN_BYTES
+
+
+def test_held_out_rows_are_estimated_with_the_even_rows_fit() -> None:
+    vllm, llama = holdouts()
+    assert len(vllm.ratios) >= 8 and min(vllm.ratios) >= 1.0
+    # held out, the pythia-2.8b runs without flash attention (GPT-NeoX's wider buffer) are 1.2% under
+    assert len(llama.ratios) >= 5 and sum(x < 1.0 for x in llama.ratios) <= 2 and min(llama.ratios) > 0.98
+
+
+def test_flash_attention_off_at_32k_is_the_published_buffer() -> None:
+    """Mistral-7B at 32,768 cells without flash attention (fedora-copr/logdetective PR 106): a compute buffer
+    of 2,144 MiB, the f32 scores of 32 heads, the mask and 32 MiB; with flash attention it would be 94."""
+    [row] = [p for p in LLAMACPP if p.index == 0]
+    assert row.took == (4096 + 2144) * MIB and 1.0 <= row.ratio <= 1.01
+    mistral = EngineShape(layers=32, hidden=4096, vocab=32_000, heads=32)
+    off = llamacpp_compute(mistral, 32_768, flash_attn=False)
+    on = llamacpp_compute(mistral, 32_768)
+    assert 2144 * MIB <= off <= 2144 * MIB * 1.01 and on * 15 < off
+
+
+def test_a_micro_batch_of_8192_is_the_published_buffer() -> None:
+    """gte-Qwen2-1.5B-instruct with -ub 8192 (ggml-org/llama.cpp issue 10664): a compute buffer of 4,787 MiB,
+    the f32 logits of the whole micro-batch. The file gives no vocabulary; the Qwen2 family's configs in the
+    corpus (Qwen2-0.5B) give 151,936, and with it the estimate is within 5%."""
+    [row] = [p for p in L.rows() if p.index == 2]
+    r = L.load()["rows"][2]
+    qwen2 = EngineShape(layers=28, hidden=1536, vocab=151_936, heads=12)
+    compute = llamacpp_compute(qwen2, 8192, ubatch=8192)
+    assert 1.0 <= (compute + r["kv_buffers_mib"]["CUDA0"] * MIB) / row.took <= 1.05
+    assert llamacpp_compute(qwen2, 8192) * 12 < compute  # 512 a micro-batch, the default, is a 16th of it
+
+
+def test_slots_hold_every_slots_cells() -> None:
+    """DeepSeek-R1-Distill-Qwen-32B on 4 slots: -c 65,536 is 16,384 a slot and 16 GiB of cache, which the
+    estimate gives a request of 16,384 tokens on 4 slots."""
+    [row] = [p for p in LLAMACPP if p.index == 21]
+    assert 1.0 <= row.ratio <= 1.01
+    settings, context = L.own_settings(L.load()["rows"][21])
+    assert (settings.parallel, context) == (4, 16_384)
+
+
+def test_a_refit_moves_only_its_own_rows() -> None:
+    """The TP 8 term moves the TP 8 rows alone; the vision term the multimodal rows alone."""
+    rows = V.load()["rows"]
+
+    def images(i: int) -> bool:  # a run with images turned off profiles no encoder
+        return bool((rows[i].get("limit_mm_per_prompt") or {"image": 1}).get("image"))
+
+    base = {p.index: p.own.total for p in VLLM}
+    for field, expected in (
+        ("non_torch_tp8", {p.index for p in VLLM if rows[p.index]["tp"] >= 8}),
+        ("vision_bytes", {p.index for p in VLLM if V.shape_of(rows[p.index]["model"]).multimodal and images(p.index)}),
+    ):
+        bumped = dataclasses.replace(VLLM_FIT, **{field: getattr(VLLM_FIT, field) * 2})
+        moved = {p.index for p in V.rows(bumped) if not p.why_not and p.own.total != base[p.index]}
+        assert moved == expected and len(expected) >= 2, field
+
+
+def test_a_hybrids_recurrent_state_is_kept_for_every_slot() -> None:
+    """Qwen3-Coder-Next (Qwen3-Next's shape, from the corpus config the file names) on llama-server's 4
+    slots: the context column of its memory breakdown is the 12 attention layers' cache for every cell
+    and, for each slot, the gated DeltaNet's state in f32."""
+    config = Path(__file__).parent / "corpus" / "Qwen--Qwen3-Next-80B-A3B-Thinking" / "config.json"
+    shape = shape_from_config(json.loads(config.read_text(encoding="utf-8")))
+    assert shape.state_bytes_per_sequence > 0
+    for i in (22, 23, 24):
+        r = L.load()["rows"][i]
+        [context_mib] = [d["context"] for name, d in r["breakdown"].items() if name.startswith("CUDA0")]
+        got = gguf_kv_bytes(shape, r["n_ctx"])  # llama-server's defaults: 4 slots on one cache of -c cells
+        assert 1.0 <= got / (context_mib * MIB) <= 1.01, (i, got / MIB, context_mib)
+        assert got - gguf_kv_bytes(replace(shape, state_bytes_per_sequence=0), r["n_ctx"]) > 290 * MIB
