@@ -42,6 +42,7 @@ def claim_call(k: Keys, job_id: str, worker: str, now: datetime) -> Call:
     until = now + timedelta(milliseconds=C.LEASE_MS)
     keys = [k.job(job_id), k.job_events(job_id), k.events]
     keys += [k.jobs(JobState.QUEUED), k.jobs(JobState.PLANNING), k.pending, k.pending_for, k.pending_classes]
+    keys += [k.pending_records]
     args: list[Any] = [job_id, json_of(now), json.dumps(worker), json_of(until), until.timestamp() * 1000]
     args += [C.EVENTS_MAXLEN, C.JOB_EVENTS_MAXLEN, f"planning on {worker}", C.SCHEMA_VERSION]
     return keys, args
@@ -74,6 +75,7 @@ def transition_call(
         k.held_nodes,
         k.pool_changes,
         k.pending_classes,
+        k.pending_records,
     ]
     args: list[Any] = [
         new.job_id,

@@ -52,6 +52,11 @@ key (after the prefix)                  type    TTL                   written by
 ``pending:classes``                     hash    none                  transition.lua, claim.lua: class ->
                                                                       how many pending jobs it wakes (a
                                                                       class none waits on has no field)
+``pending:records``                     hash    none                  transition.lua: pending job id ->
+                                                                      its record as stored, so that a
+                                                                      wake-up pass reads jobs with
+                                                                      take_wake.lua (a copy: the commit
+                                                                      checks the version)
 ``pool:changes``                        stream  MAXLEN                heartbeat.lua, transition.lua,
                                         POOL_CHANGES_MAXLEN   quarantine_job.lua, the sweep: each
                                                               change to the pool (a node's
@@ -224,7 +229,8 @@ class Keys:
     @property
     def hints(self) -> frozenset[str]:
         """The fixed keys that only tell a worker to look again (the wake-up signal and classes, the epoch,
-        the change feed, the index of nodes by lapse, the count of pending jobs by class), all of them
+        the change feed, the index of nodes by lapse, the count of pending jobs by class, the pending jobs'
+        records kept for the wake-up pass), all of them
         rebuilt by what comes next: one found holding another type is deleted, not obeyed."""
         return frozenset(
             {
@@ -234,6 +240,7 @@ class Keys:
                 self.pool_changes,
                 self.nodes,
                 self.pending_classes,
+                self.pending_records,
                 self.restarts,
             }
         )
@@ -312,6 +319,10 @@ class Keys:
     @property
     def pending_classes(self) -> str:
         return f"{self._p}pending:classes"
+
+    @property
+    def pending_records(self) -> str:
+        return f"{self._p}pending:records"
 
     @property
     def pool_changes(self) -> str:

@@ -29,13 +29,18 @@ def server_ms(now: Any) -> int:
     return int(secs) * 1000 + int(micros) // 1000
 
 
+def member_text(member: Any) -> str:
+    """An index's member as text, each byte that is not UTF-8 replaced (an id never has one)."""
+    return member.decode(errors="replace") if isinstance(member, bytes) else str(member)
+
+
 def ids_in(members: Any, index: str, what: str) -> tuple[list[str], list[BadRecord]]:
     """The members of an index (``index``, its key) that are ids, and a ``BadRecord`` for each that is not
     (``what``: the kind of id it should be), for the reader to report."""
     ids: list[str] = []
     bad: list[BadRecord] = []
     for member in members:
-        value = member.decode(errors="replace") if isinstance(member, bytes) else str(member)
+        value = member_text(member)
         if ID_PATTERN.fullmatch(value):
             ids.append(value)
         else:

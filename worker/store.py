@@ -26,7 +26,7 @@ from worker.jobtext import read_job
 from worker.keys import Keys
 from worker.mirror import Unread
 from worker.pool import Held, HoldSpec, parse_cache, read_holds
-from worker.poolread import PoolReads, ids_in
+from worker.poolread import PoolReads, ids_in, member_text
 from worker.queueing import planning_queue
 from worker.records import JobRecord, JobState, utcnow
 from worker.replies import Reply
@@ -169,7 +169,7 @@ class Store(PoolReads, Handoffs, Heartbeats):
         keys = [k.job(job_id), k.job_events(job_id), k.events, k.jobs(JobState.FAILED)]
         keys += [k.jobs(s) for s in states]
         keys += [k.pending, k.pending_for, k.epoch, k.wake_signal, k.wake_classes, k.held_nodes, k.quarantine]
-        keys += [k.pool_changes, k.pending_classes]
+        keys += [k.pool_changes, k.pending_classes, k.pending_records]
         keys += [k.held(n) for n, _ in holds]
         reason = f"its record does not parse ({bad.what}); marked failed, the record kept as it was"
         at = utcnow()
@@ -341,19 +341,33 @@ class Store(PoolReads, Handoffs, Heartbeats):
     def take_wake_with(self, full: bool, also: Also = None) -> tuple[Woken, list[Any]]:
         """A wake-up pass starts (``take_wake.lua``): the classes freed since the last pass, and the
         pending jobs that capacity freed there could serve (every pending job, ``full``), in priority then
-        arrival order, each with its record as ``jobs`` gives it (read in a second round trip: the script
-        is handed no key it learns as it runs); with what ``also`` reads in the same round trip as the
-        script (its replies come second)."""
+        arrival order, each with its record as ``jobs`` gives it; with what ``also`` reads in the same
+        round trip as the script (its replies come second).
+
+        The records come with the script's reply, from ``pending:records``; one it has not (or cannot
+        read) is read from the job's own key in a second round trip."""
         k = self.keys
-        keys = [k.wake_signal, k.wake_classes, k.pending, k.pending_for]
-        (classes, members), replies = self.run_with("take_wake", keys, [int(full)], also)
+        keys = [k.wake_signal, k.wake_classes, k.pending, k.pending_for, k.pending_records]
+        (classes, members, kept), replies = self.run_with("take_wake", keys, [int(full)], also)
         ids = self.valid_ids(members, k.pending, "a job id", "skipped")
-        return ({text(c) for c in classes}, list(zip(ids, self.jobs(ids), strict=True))), replies
+        by_id = {member_text(m): raw for m, raw in zip(members, kept, strict=True)}
+        records: list[JobRecord | BadRecord | None] = []
+        unread: list[int] = []
+        for i, job_id in enumerate(ids):
+            record = _job_or_bad(k.job(job_id), by_id[job_id]) if by_id[job_id] else None
+            if not isinstance(record, JobRecord) or record.job_id != job_id:
+                unread.append(i)
+            records.append(record)
+        for i, record in zip(unread, self.jobs([ids[i] for i in unread]), strict=True):
+            records[i] = record
+        return ({text(c) for c in classes}, list(zip(ids, records, strict=True))), replies
 
     def recount_pending(self) -> int:
         """Count ``pending:classes`` anew from ``pending:for``, in one step; the number of pending jobs."""
         k = self.keys
-        return int(script(self.redis, "recount_pending")(keys=[k.pending_for, k.pending_classes], args=[]))
+        return int(
+            script(self.redis, "recount_pending")(keys=[k.pending_for, k.pending_classes, k.pending_records], args=[])
+        )
 
     def next_seq(self) -> int:
         return int(self.redis.incr(self.keys.seq))

@@ -66,6 +66,7 @@ class Checker:
             pipe.zrange(k.nodes, 0, -1)
             pipe.hgetall(k.pending_for)
             pipe.hgetall(k.pending_classes)
+            pipe.hgetall(k.pending_records)
             if job_ids:
                 pipe.mget([k.job(j) for j in job_ids])
             replies = pipe.execute()
@@ -73,9 +74,19 @@ class Checker:
         states = replies[: len(JobState)]
         node_replies = replies[len(JobState) : len(JobState) + 2 * len(nodes)]
         indexed = {text(n) for n in replies[len(JobState) + 2 * len(nodes)]}
-        pending_for, pending_classes = replies[len(JobState) + 2 * len(nodes) + 1 : len(JobState) + 2 * len(nodes) + 3]
+        at = len(JobState) + 2 * len(nodes) + 1
+        pending_for, pending_classes, pending_records = replies[at : at + 3]
         raws = replies[-1] if job_ids else []
         found: list[str] = []
+
+        # what a wake-up pass reads: each pending job's record as stored, and no other
+        stored = dict(zip(job_ids, raws, strict=True))
+        if set(pending_records) != set(pending_for):
+            kept_ids, for_ids = sorted(map(text, pending_records)), sorted(map(text, pending_for))
+            found.append(f"pending:records holds {kept_ids}, pending:for {for_ids}")
+        for j, raw in pending_records.items():
+            if stored.get(text(j), raw) != raw:
+                found.append(f"pending:records holds another record of {text(j)} than job:{text(j)}")
 
         # what heartbeats read to wake anyone: each class counts the pending jobs it wakes
         counted = Counter(c for classes in pending_for.values() for c in text(classes).split(",") if c)

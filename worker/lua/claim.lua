@@ -9,7 +9,7 @@
 --
 -- KEYS[1]  job:{id}          KEYS[4]  jobs:queued      KEYS[6]  pending
 -- KEYS[2]  job:{id}:events   KEYS[5]  jobs:planning    KEYS[7]  pending:for
--- KEYS[3]  events            KEYS[8]  pending:classes
+-- KEYS[3]  events            KEYS[8]  pending:classes  KEYS[9]  pending:records
 --
 -- ARGV[1]  job id                     ARGV[5]  score in jobs:planning (the lease's end, ms)
 -- ARGV[2]  updated_at, JSON           ARGV[6]  events MAXLEN      ARGV[7]  job events MAXLEN
@@ -40,7 +40,7 @@ local record = '{"schema_version":' .. schema .. ',"job_id":"' .. job_id .. '","
 
 -- every key this call writes holds its own type, or none: else nothing is written
 local mistyped = wrong_type({KEYS[2], 'stream', KEYS[3], 'stream', KEYS[4], 'zset', KEYS[5], 'zset', KEYS[6], 'zset',
-                             KEYS[7], 'hash', KEYS[8], 'hash'})
+                             KEYS[7], 'hash', KEYS[8], 'hash', KEYS[9], 'hash'})
 if mistyped then
   return {'wrongtype', mistyped}
 end
@@ -49,7 +49,7 @@ redis.call('SET', KEYS[1], record)
 redis.call('ZREM', KEYS[4], job_id)
 redis.call('ZADD', KEYS[5], ARGV[5], job_id)
 redis.call('ZREM', KEYS[6], job_id)
-set_pending(KEYS[7], KEYS[8], job_id, '')
+set_pending(KEYS[7], KEYS[8], KEYS[9], job_id, '', '')
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', 'job_id', job_id, 'state', 'planning',
            'version', version, 'reason', ARGV[8])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], '*', 'job_id', job_id, 'state', 'planning',

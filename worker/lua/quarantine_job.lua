@@ -7,7 +7,7 @@
 -- KEYS[2]  job:{id}:events    KEYS[5..10] the other six       KEYS[12] pending:for  KEYS[15] wake:classes
 -- KEYS[3]  events                        jobs:{state}         KEYS[13] epoch        KEYS[16] holding
 -- KEYS[17] quarantine         KEYS[18] pool:changes        KEYS[19] pending:classes
--- KEYS[20..] held:{node} for each hold to drop
+-- KEYS[20] pending:records    KEYS[21..] held:{node} for each hold to drop
 --
 -- ARGV[1] job id               ARGV[5] seconds to keep the record   ARGV[9]  holds to drop (n)
 -- ARGV[2] the record as read   ARGV[6] events MAXLEN                ARGV[10] pool:changes MAXLEN
@@ -24,12 +24,12 @@ end
 -- every key this call may write holds its own type, or none: else nothing is written
 local spec = {KEYS[2], 'stream', KEYS[3], 'stream', KEYS[11], 'zset', KEYS[12], 'hash', KEYS[13], 'string',
               KEYS[14], 'list', KEYS[15], 'set', KEYS[16], 'set', KEYS[17], 'hash', KEYS[18], 'stream',
-              KEYS[19], 'hash'}
+              KEYS[19], 'hash', KEYS[20], 'hash'}
 for i = 4, 10 do
   spec[#spec + 1] = KEYS[i]
   spec[#spec + 1] = 'zset'
 end
-for j = 20, #KEYS do
+for j = 21, #KEYS do
   spec[#spec + 1] = KEYS[j]
   spec[#spec + 1] = 'hash'
 end
@@ -42,16 +42,16 @@ for i = 5, 10 do
 end
 redis.call('ZADD', KEYS[4], ARGV[4], job_id)
 redis.call('ZREM', KEYS[11], job_id)
-set_pending(KEYS[12], KEYS[19], job_id, '')
+set_pending(KEYS[12], KEYS[19], KEYS[20], job_id, '', '')
 redis.call('HSET', KEYS[17], KEYS[1], ARGV[8])
 local wake = 0
 local freed = false
 for j = 1, tonumber(ARGV[9]) do
   local node_id, hold_id = ARGV[9 + 2 * j], ARGV[10 + 2 * j]
-  if redis.call('HDEL', KEYS[19 + j], hold_id) == 1 then
+  if redis.call('HDEL', KEYS[20 + j], hold_id) == 1 then
     freed = true
     redis.call('XADD', KEYS[18], 'MAXLEN', '~', ARGV[10], '*', 'n', node_id, 'h', hold_id, 'v', '')
-    if redis.call('HLEN', KEYS[19 + j]) == 0 then
+    if redis.call('HLEN', KEYS[20 + j]) == 0 then
       redis.call('SREM', KEYS[16], node_id)
     end
   end

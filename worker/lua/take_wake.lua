@@ -9,9 +9,13 @@
 -- it waits for (comma-joined) was freed (each freed entry may be comma-joined too).
 --
 -- KEYS[1] wake:signal   KEYS[2] wake:classes   KEYS[3] pending   KEYS[4] pending:for
+-- KEYS[5] pending:records
 -- ARGV[1] 1 for a full pass, else 0
--- Returns {the freed classes, the picked job ids}: the caller reads their records (their keys are known
--- only once the script has picked them, and a script touches no key it was not handed).
+-- Returns {the freed classes, the picked job ids, their records}: each record as pending:records keeps it
+-- beside pending:for, or false where it has none (a job made pending by a modelplan without it; or
+-- pending:records of another type): the caller reads those from their own keys, which the script may not
+-- touch (a script touches no key it was not handed). A record kept there that is older than the job's own
+-- costs a plan at most: the commit checks the version.
 
 local BATCH = 1000 -- ids per HMGET: unpack takes a few thousand values at most
 
@@ -58,4 +62,18 @@ for i = 1, #ids, BATCH do
     end
   end
 end
-return {classes, picked}
+
+local records = {}
+if redis.call('TYPE', KEYS[5]).ok == 'hash' then
+  for i = 1, #picked, BATCH do
+    local got = redis.call('HMGET', KEYS[5], unpack(picked, i, math.min(i + BATCH - 1, #picked)))
+    for j = 1, #got do
+      records[i + j - 1] = got[j]
+    end
+  end
+else
+  for i = 1, #picked do
+    records[i] = false
+  end
+end
+return {classes, picked, records}

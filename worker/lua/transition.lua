@@ -12,8 +12,8 @@
 -- KEYS[2]  job:{id}:events    KEYS[6]  pending            KEYS[10]  wake:classes
 -- KEYS[3]  events             KEYS[7]  pending:for        KEYS[11]  holding
 -- KEYS[4]  jobs:{old state}   KEYS[8]  epoch
--- KEYS[12] pool:changes       KEYS[13] pending:classes
--- KEYS[14..] for each hold to write: node:{id}, held:{id}; then for each hold to clear: held:{id}
+-- KEYS[12] pool:changes       KEYS[13] pending:classes    KEYS[14]  pending:records
+-- KEYS[15..] for each hold to write: node:{id}, held:{id}; then for each hold to clear: held:{id}
 --
 -- ARGV[1]  job id                      ARGV[9]   seconds to keep a final record (0: keep)
 -- ARGV[2]  version it is made from     ARGV[10]  events MAXLEN     ARGV[11] job events MAXLEN
@@ -36,7 +36,7 @@
 local job_id = ARGV[1]
 local n_place, n_clear = tonumber(ARGV[13]), tonumber(ARGV[14])
 local place_at, clear_at = 16, 16 + 5 * n_place
-local clear_key_at = 13 + 2 * n_place
+local clear_key_at = 14 + 2 * n_place
 
 -- A record's version, read from the head that modelplan's records start with (their first four fields,
 -- in this order, worker/layout.py's JOB_VERSION_HEAD; ids and states carry no quote): decoding a whole
@@ -70,9 +70,9 @@ end
 -- every key this call may write holds its own type, or none: else nothing is written
 local spec = {KEYS[2], 'stream', KEYS[3], 'stream', KEYS[4], 'zset', KEYS[5], 'zset', KEYS[6], 'zset',
               KEYS[7], 'hash', KEYS[8], 'string', KEYS[9], 'list', KEYS[10], 'set', KEYS[11], 'set',
-              KEYS[12], 'stream', KEYS[13], 'hash'}
+              KEYS[12], 'stream', KEYS[13], 'hash', KEYS[14], 'hash'}
 for i = 1, n_place do
-  spec[#spec + 1] = KEYS[13 + 2 * i]
+  spec[#spec + 1] = KEYS[14 + 2 * i]
   spec[#spec + 1] = 'hash'
 end
 for j = 1, n_clear do
@@ -98,7 +98,7 @@ for i = 1, n_place do
   local at = place_at + 5 * (i - 1)
   local node_id, hold_id = ARGV[at], ARGV[at + 1]
   local gpus, host_gb = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
-  local node_raw = redis.call('GET', KEYS[12 + 2 * i])
+  local node_raw = redis.call('GET', KEYS[13 + 2 * i])
   if not node_raw then
     return {'silent', node_id, 0}
   end
@@ -115,7 +115,7 @@ for i = 1, n_place do
   local skip = clearing[node_id] or {}
   local add = adding[node_id] or {gpus = 0, host = 0}
   local all_gpus, unseen_gpus, unseen_host = add.gpus, add.gpus, add.host
-  local held = redis.call('HGETALL', KEYS[13 + 2 * i])
+  local held = redis.call('HGETALL', KEYS[14 + 2 * i])
   for h = 1, #held, 2 do
     if held[h] ~= hold_id and not skip[held[h]] then
       -- a hold that does not decode keeps its cards taken; which cards is unknown, so all are
@@ -179,12 +179,12 @@ for i = 1, n_place do
   local at = place_at + 5 * (i - 1)
   local value = cjson.encode({gpus = tonumber(ARGV[at + 2]), host_gb = tonumber(ARGV[at + 3]),
                               boot_id = boots[i], nominated = ARGV[at + 4] == '1'})
-  redis.call('HSET', KEYS[13 + 2 * i], ARGV[at + 1], value)
+  redis.call('HSET', KEYS[14 + 2 * i], ARGV[at + 1], value)
   redis.call('SADD', KEYS[11], ARGV[at])
   redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[15], '*', 'n', ARGV[at], 'h', ARGV[at + 1], 'v', value)
 end
 
-set_pending(KEYS[7], KEYS[13], job_id, ARGV[6])
+set_pending(KEYS[7], KEYS[13], KEYS[14], job_id, ARGV[6], ARGV[3])
 if ARGV[6] ~= '' then
   redis.call('ZADD', KEYS[6], ARGV[7], job_id)
   if ARGV[8] ~= '' and tostring(redis.call('GET', KEYS[8]) or '0') ~= ARGV[8] then
