@@ -53,10 +53,8 @@ key (after the prefix)                  type    TTL                   written by
                                                                       how many pending jobs it wakes (a
                                                                       class none waits on has no field)
 ``pending:records``                     hash    none                  transition.lua: pending job id ->
-                                                                      its record as stored, so that a
-                                                                      wake-up pass reads jobs with
-                                                                      take_wake.lua (a copy: the commit
-                                                                      checks the version)
+                                                                      its record, for take_wake.lua (a
+                                                                      copy: a commit checks the version)
 ``pool:changes``                        stream  MAXLEN                heartbeat.lua, transition.lua,
                                         POOL_CHANGES_MAXLEN   quarantine_job.lua, the sweep: each
                                                               change to the pool (a node's
