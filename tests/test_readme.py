@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from worker.constants import NODE_TTL_MS
@@ -85,6 +86,31 @@ def test_running_it_keeps_the_node_in_the_pool_past_its_ttl(redis_url: str, tmp_
     # the worker's JSON log lines share the terminal, as they do for a person following the README
     [first] = [line for line in said.splitlines() if line.startswith("job ")]
     assert re.fullmatch(r"job [0-9a-f]{32}: placed \(placed 1 of 1\)", first), said
+
+
+@pytest.mark.parametrize("free, last", [(1, "placed"), (0, "waiting")])
+def test_the_python_example_runs_as_written(redis_url: str, tmp_path: Path, free: int, last: str) -> None:
+    """The client guide's Python block, as a file a person would run from the repository, against a
+    running worker: it prints the job's states up to placed, or up to waiting where its card is busy (and
+    then stops watching), and releases the job."""
+    from producer import Client
+    from tests.worker.helpers import hb
+    from tests.worker.processes import WorkerProcess
+    from worker.records import JobState
+
+    code = block_after(CLIENTS, "## From Python", "python").replace(DEFAULT_URL, redis_url)
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("gpu-a", gpus=1, free=free))
+    worker = WorkerProcess(redis_url, tmp_path, "w")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=100)
+    finally:
+        worker.stop()
+    assert out.returncode == 0, out.stderr
+    states = [line.split()[0] for line in out.stdout.splitlines()]
+    assert states[0] == "queued" and states[-1] == last, out.stdout
+    assert client.get("svc-a-42").state is JobState.RELEASED
+    client.redis.close()
 
 
 def wait_for_blocked_read(r: redis.Redis, proc: subprocess.Popen[str], give_up_s: float = 30) -> None:
