@@ -144,13 +144,28 @@ def test_the_stream_example_follows_every_change(redis_url: str) -> None:
     assert [line[:3] for line in got] == [[i, f"j{n}", "placed"] for n, i in enumerate(sent)]
 
 
+def commands(block: str) -> list[str]:
+    """A shell block's commands as a person types them: each line, or the lines of a loop together, without
+    the comment after two spaces."""
+    out: list[str] = []
+    pending = ""
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        pending += line.split("  #")[0].rstrip() + "\n"
+        if subprocess.run(["bash", "-n", "-c", pending], capture_output=True).returncode == 0:
+            out.append(pending.strip())
+            pending = ""
+    assert not pending, f"an unfinished command: {pending!r}"
+    return out
+
+
 def test_the_redis_cli_block_drives_a_job_to_released(redis_url: str, tmp_path: Path) -> None:
-    """The client guide's "any language" block, line by line as a person would type it, against a running worker: each
-    line once the one before has had its effect."""
+    """The client guide's "any language" block, command by command as a person would type it: each once
+    the one before has had its effect. Its read of the job's stream starts before any worker runs, so it
+    waits for the first change, and must follow the job through every state from there."""
     import json
     import shutil
-
-    import pytest
 
     from producer import Client
     from tests.worker.helpers import hb
@@ -159,10 +174,9 @@ def test_the_redis_cli_block_drives_a_job_to_released(redis_url: str, tmp_path: 
     if shutil.which("redis-cli") is None:
         pytest.skip("redis-cli is not installed")
     block = block_after(CLIENTS, "## From any language", "sh").replace(DEFAULT_URL, redis_url)
-    lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
     client = Client.from_url(redis_url)
     client.heartbeat(hb("gpu-a", gpus=2))
-    worker = WorkerProcess(redis_url, tmp_path, "w")
+    worker: WorkerProcess | None = None
 
     def record() -> dict[str, object]:
         raw = client.redis.get("modelplan:job:svc-b-7")
@@ -174,19 +188,30 @@ def test_the_redis_cli_block_drives_a_job_to_released(redis_url: str, tmp_path: 
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             time.sleep(0.05)
 
+    prelude = ""
     try:
-        prelude = lines[0]
-        for line in lines[1:]:
-            out = subprocess.run(["bash", "-c", f"{prelude}\n{line}"], cwd=ROOT, capture_output=True, text=True)
-            assert out.returncode == 0 and "ERR" not in out.stdout, (line, out.stdout, out.stderr)
-            if "XREAD" in line:
-                assert "queued" in out.stdout.split()
-                wait(lambda: record().get("state") == "placed", "placed")
-            elif "scale" in line:
+        for command in commands(block):
+            if re.fullmatch(r'[A-Za-z_]+=("[^"]*"|\S+)', command):  # a variable the later commands use
+                prelude += command + "\n"
+                continue
+            proc = subprocess.Popen(
+                ["bash", "-c", prelude + command], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            if "XREAD" in command:
+                wait_for_blocked_read(client.redis, proc)
+                worker = WorkerProcess(redis_url, tmp_path, "w")
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0 and "ERR" not in out, (command, out, err)
+            if "XREAD" in command:
+                assert {"queued", "planning", "placed"} <= set(out.split()), out
+                assert record().get("state") == "placed"
+            elif "scale" in command:
                 wait(lambda: record().get("wanted") == 2, "scaled")
-            elif "release" in line:
+            elif "release" in command:
                 wait(lambda: record().get("state") == "released", "released")
     finally:
-        worker.stop()
+        if worker is not None:
+            worker.stop()
         client.redis.close()
+    assert worker is not None, "the block has no XREAD of the job's stream"
     assert record()["state"] == "released"
