@@ -48,6 +48,30 @@ def test_the_quick_start_names_scripts_that_run_here() -> None:
     assert "scripts/test" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 
 
+TIMED = re.compile(r"about ([\d.,]+) (minutes?|s)\b[^()]*\(`time (scripts/test[^`]*)`")
+"""A duration in the front page, and the command it was read from, named beside it."""
+
+
+def test_the_quick_start_says_how_long_the_tests_take_and_how_to_run_a_part() -> None:
+    """``scripts/test`` takes minutes beside a demo of seconds: the front page says how long, by a figure
+    from the command named beside it, and how long a part takes, run the same way."""
+    text = README.read_text(encoding="utf-8").split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    timed = {command.strip(): (figure, unit) for figure, unit, command in TIMED.findall(text)}
+    assert "scripts/test" in timed, "README.md's quick start does not say how long scripts/test takes"
+    assert timed["scripts/test"][1].startswith("minute"), timed
+    parts = [command for command in timed if command != "scripts/test"]
+    assert parts, "README.md's quick start does not say how long a part of the tests takes, nor how to run one"
+    for command in parts:
+        paths = [arg for arg in command.split()[1:] if not arg.startswith("-")]
+        assert paths and all((ROOT / p).exists() for p in paths), f"{command} names no test folder or file here"
+
+
+def test_the_duration_check_reads_a_figure_only_with_its_command() -> None:
+    said = "takes about 6 minutes (`time scripts/test`); a part about 40 s (`time scripts/test tests/planner -q`)"
+    assert TIMED.findall(said) == [("6", "minutes", "scripts/test"), ("40", "s", "scripts/test tests/planner -q")]
+    assert TIMED.findall("takes about 6 minutes on a good day (measured once)") == []
+
+
 def run_shell(block: str) -> str:
     out = subprocess.run(["bash", "-c", f"set -e\n{block}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
