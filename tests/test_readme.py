@@ -1,7 +1,8 @@
-"""The documents' examples, run as a person would run them: README.md's quick start and dry run, the
-operating guide's "Running it" block, which keeps its node in the pool, the dry runs in the command
-reference, whose printed output must match, and the client guide's Redis commands and stream loop,
-which follows every change rather than returning once."""
+"""The documents' examples, run as a person would run them: README.md's quick start, with how long the
+tests take, and its dry run; the operating guide's "Running it" block, on a Redis of its own, which keeps
+its node in the pool; the dry runs in the command reference, whose printed output must match; and the
+client guide's Python example, its Redis commands, which follow a job through every state, and its
+stream loop, which follows every change rather than returning once."""
 
 from __future__ import annotations
 
