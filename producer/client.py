@@ -4,7 +4,7 @@ publish heartbeats.
     from producer import Client, request_from_listing
     client = Client.from_url("redis://127.0.0.1:6379/0")
     job_id = client.submit(request_from_listing(files, config, context=8192, model="org/name"))
-    for record in client.watch(job_id, timeout=30):
+    for record in client.watch(job_id, timeout=30):  # until placed, waiting or over
         print(record.state, record.reason)
 """
 
@@ -153,16 +153,21 @@ class Client:
     def get(self, job_id: str) -> JobRecord:
         return self.operations.get(job_id)
 
-    def watch(self, job_id: str, timeout: float = 60.0) -> Iterator[JobRecord]:
-        """Yield the job's record now and at each change, until it settles (placed, failed, cancelled,
-        released) or ``timeout`` seconds pass. Reads the job's stream; does not poll."""
+    def watch(self, job_id: str, timeout: float = 60.0, *, through_waiting: bool = False) -> Iterator[JobRecord]:
+        """Yield the job's record now and at each change, until it is placed, waiting or over (failed,
+        cancelled, released), or ``timeout`` seconds pass. Reads the job's stream; does not poll.
+
+        A waiting job waits for its hardware to free, for as long as that takes: the watch returns with
+        its record, which says what it waits for. With ``through_waiting`` it watches on until the job is
+        placed or over. Whichever way it ends, the last record yielded is the job's state then: one still
+        queued, planning or (with ``through_waiting``) waiting means the timeout passed first."""
         stream = self.keys.job_events(job_id)
         last = self._call(lambda: self.redis.xrevrange(stream, count=1))
         last_id = text(last[0][0]) if last else "0-0"
         rec = self.get(job_id)
         yield rec
         deadline = time.monotonic() + timeout
-        while not rec.state.settled:
+        while not (rec.state.settled or (rec.state is JobState.WAITING and not through_waiting)):
             left = deadline - time.monotonic()
             if left <= 0:
                 return

@@ -1,13 +1,16 @@
 """``modelplan demo``: the whole flow on a small mixed cluster, step by step.
 
 With no Redis URL it runs on an embedded Redis (fakeredis, in this process); with ``--redis-url`` or
-``MODELPLAN_REDIS_URL`` it runs on that Redis under its own prefix. A worker plans in this process.
+``MODELPLAN_REDIS_URL`` it runs on that Redis under its own prefix, which it clears when it starts and
+removes again when it ends (its events stream and job records have no expiry of their own). A worker plans
+in this process.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import redis
@@ -21,7 +24,8 @@ from worker.records import JobState
 from worker.runner import drain
 
 DEMO_PREFIX = "modelplan-demo"
-"""The demo's keys on a real Redis: apart from a live cluster's, and cleared when the demo starts."""
+"""The demo's keys on a real Redis: apart from a live cluster's, cleared when the demo starts and removed
+when it ends."""
 
 
 def _heartbeat(node_id: str, gpu_class: str, gpus: int, free: int, host: int, seq: int, **kw: Any) -> dict[str, Any]:
@@ -38,6 +42,13 @@ def _heartbeat(node_id: str, gpu_class: str, gpus: int, free: int, host: int, se
     }
 
 
+def _clear(client: Client) -> None:
+    """Remove every key under the demo's prefix, and its RQ queue (named after the prefix, outside it)."""
+    for key in client.redis.scan_iter(match=f"{DEMO_PREFIX}:*"):
+        client.redis.delete(key)
+    client.redis.delete(client.keys.rq_queue_namespace + client.keys.queue_name)
+
+
 def _client(url: str | None) -> tuple[Client, str]:
     given = "--redis-url" if url else REDIS_URL_ENV
     url = url or os.environ.get(REDIS_URL_ENV)
@@ -47,9 +58,7 @@ def _client(url: str | None) -> tuple[Client, str]:
         return Client(fakeredis.FakeRedis(), DEMO_PREFIX), "an embedded Redis (fakeredis, in this process)"
     client = Client(connect(url), DEMO_PREFIX, url=url)
     try:
-        for key in client.redis.scan_iter(match=f"{DEMO_PREFIX}:*"):
-            client.redis.delete(key)
-        client.redis.delete(f"rq:queue:{DEMO_PREFIX}")
+        _clear(client)
     except (redis.ConnectionError, redis.TimeoutError) as e:
         # the demo is meant to need nothing: say where the URL came from, and how to run without it
         hint = f"unset {REDIS_URL_ENV}" if given == REDIS_URL_ENV else "leave out --redis-url"
@@ -60,9 +69,19 @@ def _client(url: str | None) -> tuple[Client, str]:
 
 
 def run(url: str | None = None, say: Callable[[str], None] = print) -> dict[str, str]:
-    """Run the demo; returns each job's final state by name."""
+    """Run the demo; returns each job's final state by name. On a Redis of the caller's, the demo's keys
+    are removed at the end, whether it finished or not."""
     client, where = _client(url)
+    if not client._url:
+        return _steps(client, where, say)
+    try:
+        return _steps(client, where, say)
+    finally:
+        client._call(partial(_clear, client))  # a Redis gone meanwhile: one line, as for any command
+        say(f"\nThe demo removed its keys ({DEMO_PREFIX}:*) from Redis at {client._url}.")
 
+
+def _steps(client: Client, where: str, say: Callable[[str], None]) -> dict[str, str]:
     def work() -> None:
         drain(client.store)
 

@@ -1,10 +1,12 @@
-"""The documents' examples, run as a person would run them: README.md's quick start and dry run, the
-operating guide's "Running it" block, which keeps its node in the pool, the dry runs in the command
-reference, whose printed output must match, and the client guide's Redis commands and stream loop,
-which follows every change rather than returning once."""
+"""The documents' examples, run as a person would run them: README.md's quick start, with how long the
+tests take, and its dry run; the operating guide's "Running it" block, on a Redis of its own, which keeps
+its node in the pool; the dry runs in the command reference, whose printed output must match; and the
+client guide's Python example, its Redis commands, which follow a job through every state, and its
+stream loop, which follows every change rather than returning once."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -13,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from worker.constants import NODE_TTL_MS
@@ -23,6 +26,7 @@ OPERATING = ROOT / "docs" / "OPERATING.md"
 CLI = ROOT / "docs" / "CLI.md"
 CLIENTS = ROOT / "docs" / "CLIENTS.md"
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
+"""The URL the client guide's examples name, swapped for the test's Redis."""
 
 
 def block_after(doc: Path, heading: str, language: str) -> str:
@@ -45,6 +49,30 @@ def test_the_quick_start_names_scripts_that_run_here() -> None:
     assert "scripts/test" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 
 
+TIMED = re.compile(r"about ([\d.,]+) (minutes?|s)\b[^()]*\(`time (scripts/test[^`]*)`")
+"""A duration in the front page, and the command it was read from, named beside it."""
+
+
+def test_the_quick_start_says_how_long_the_tests_take_and_how_to_run_a_part() -> None:
+    """``scripts/test`` takes minutes beside a demo of seconds: the front page says how long, by a figure
+    from the command named beside it, and how long a part takes, run the same way."""
+    text = README.read_text(encoding="utf-8").split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    timed = {command.strip(): (figure, unit) for figure, unit, command in TIMED.findall(text)}
+    assert "scripts/test" in timed, "README.md's quick start does not say how long scripts/test takes"
+    assert timed["scripts/test"][1].startswith("minute"), timed
+    parts = [command for command in timed if command != "scripts/test"]
+    assert parts, "README.md's quick start does not say how long a part of the tests takes, nor how to run one"
+    for command in parts:
+        paths = [arg for arg in command.split()[1:] if not arg.startswith("-")]
+        assert paths and all((ROOT / p).exists() for p in paths), f"{command} names no test folder or file here"
+
+
+def test_the_duration_check_reads_a_figure_only_with_its_command() -> None:
+    said = "takes about 6 minutes (`time scripts/test`); a part about 40 s (`time scripts/test tests/planner -q`)"
+    assert TIMED.findall(said) == [("6", "minutes", "scripts/test"), ("40", "s", "scripts/test tests/planner -q")]
+    assert TIMED.findall("takes about 6 minutes on a good day (measured once)") == []
+
+
 def run_shell(block: str) -> str:
     out = subprocess.run(["bash", "-c", f"set -e\n{block}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -65,26 +93,64 @@ def test_each_dry_run_in_the_command_reference_prints_what_it_shows() -> None:
         assert run_shell(command) == shown, command
 
 
-def test_running_it_keeps_the_node_in_the_pool_past_its_ttl(redis_url: str, tmp_path: Path) -> None:
+def test_running_it_keeps_the_node_in_the_pool_past_its_ttl(tmp_path: Path) -> None:
+    """The operating guide's block as written, on a fresh clone: it starts a Redis of its own on a free
+    port (not whatever answers on 6379, someone else's on a shared machine), keeps the worker's log lines
+    out of the terminal, and stops what it started."""
     block = block_after(OPERATING, "## Running it", "sh")
-    assert DEFAULT_URL in block
-    steps = block.replace(DEFAULT_URL, redis_url).split('.venv/bin/modelplan job "$job"')[0]
+    assert "redis-server" in block and ":6379" not in block, "the block must start a Redis of its own"
     wait_s = NODE_TTL_MS / 1000 + 3  # past the node's TTL and the next sweep
-    script = f'set -e\n{steps}\nsleep {wait_s}\n.venv/bin/modelplan job "$job"\n'
-    # files, not pipes: the block's worker and heartbeat loop run on in the background, holding them open
+    looked = '.venv/bin/modelplan job "$job"'
+    assert looked in block
+    script = "set -e\n" + block.replace(looked, f"sleep {wait_s}\n{looked}", 1)
+    # files, not pipes: were the block to leave a process running, it would hold them open
     out_path, err_path = tmp_path / "out", tmp_path / "err"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # where the block's mktemp puts its Redis and logs
+    env.pop("MODELPLAN_REDIS_URL", None)
     with out_path.open("w") as out, err_path.open("w") as err:
-        proc = subprocess.Popen(["bash", "-c", script], cwd=ROOT, stdout=out, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", "-c", script], cwd=ROOT, stdout=out, stderr=err, env=env, start_new_session=True
+        )
         try:
             code = proc.wait(timeout=wait_s + 40)
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)  # the worker and the loop, started by the block
+            with contextlib.suppress(ProcessLookupError):  # none left: the block stopped all it started
+                os.killpg(proc.pid, signal.SIGTERM)  # whatever the block started and left running
             proc.wait()
     said = out_path.read_text()
     assert code == 0, err_path.read_text()
-    # the worker's JSON log lines share the terminal, as they do for a person following the README
-    [first] = [line for line in said.splitlines() if line.startswith("job ")]
+    first = next(line for line in said.splitlines() if line.startswith("job "))  # then the release's
     assert re.fullmatch(r"job [0-9a-f]{32}: placed \(placed 1 of 1\)", first), said
+    assert not [line for line in said.splitlines() if line.startswith("{")], f"log lines in the terminal: {said}"
+    logs = list(tmp_path.glob("*/worker.log"))
+    assert len(logs) == 1, sorted(str(p) for p in tmp_path.rglob("*"))
+    [log] = logs
+    assert '"event"' in log.read_text(), "the worker's log file holds no log line"
+
+
+@pytest.mark.parametrize("free, last", [(1, "placed"), (0, "waiting")])
+def test_the_python_example_runs_as_written(redis_url: str, tmp_path: Path, free: int, last: str) -> None:
+    """The client guide's Python block, as a file a person would run from the repository, against a
+    running worker: it prints the job's states up to placed, or up to waiting where its card is busy (and
+    then stops watching), and releases the job."""
+    from producer import Client
+    from tests.worker.helpers import hb
+    from tests.worker.processes import WorkerProcess
+    from worker.records import JobState
+
+    code = block_after(CLIENTS, "## From Python", "python").replace(DEFAULT_URL, redis_url)
+    client = Client.from_url(redis_url)
+    client.heartbeat(hb("gpu-a", gpus=1, free=free))
+    worker = WorkerProcess(redis_url, tmp_path, "w")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=100)
+    finally:
+        worker.stop()
+    assert out.returncode == 0, out.stderr
+    states = [line.split()[0] for line in out.stdout.splitlines()]
+    assert states[0] == "queued" and states[-1] == last, out.stdout
+    assert client.get("svc-a-42").state is JobState.RELEASED
+    client.redis.close()
 
 
 def wait_for_blocked_read(r: redis.Redis, proc: subprocess.Popen[str], give_up_s: float = 30) -> None:
@@ -118,13 +184,28 @@ def test_the_stream_example_follows_every_change(redis_url: str) -> None:
     assert [line[:3] for line in got] == [[i, f"j{n}", "placed"] for n, i in enumerate(sent)]
 
 
+def commands(block: str) -> list[str]:
+    """A shell block's commands as a person types them: each line, or the lines of a loop together, without
+    the comment after two spaces."""
+    out: list[str] = []
+    pending = ""
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        pending += line.split("  #")[0].rstrip() + "\n"
+        if subprocess.run(["bash", "-n", "-c", pending], capture_output=True).returncode == 0:
+            out.append(pending.strip())
+            pending = ""
+    assert not pending, f"an unfinished command: {pending!r}"
+    return out
+
+
 def test_the_redis_cli_block_drives_a_job_to_released(redis_url: str, tmp_path: Path) -> None:
-    """The client guide's "any language" block, line by line as a person would type it, against a running worker: each
-    line once the one before has had its effect."""
+    """The client guide's "any language" block, command by command as a person would type it: each once
+    the one before has had its effect. Its read of the job's stream starts before any worker runs, so it
+    waits for the first change, and must follow the job through every state from there."""
     import json
     import shutil
-
-    import pytest
 
     from producer import Client
     from tests.worker.helpers import hb
@@ -133,10 +214,9 @@ def test_the_redis_cli_block_drives_a_job_to_released(redis_url: str, tmp_path: 
     if shutil.which("redis-cli") is None:
         pytest.skip("redis-cli is not installed")
     block = block_after(CLIENTS, "## From any language", "sh").replace(DEFAULT_URL, redis_url)
-    lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
     client = Client.from_url(redis_url)
     client.heartbeat(hb("gpu-a", gpus=2))
-    worker = WorkerProcess(redis_url, tmp_path, "w")
+    worker: WorkerProcess | None = None
 
     def record() -> dict[str, object]:
         raw = client.redis.get("modelplan:job:svc-b-7")
@@ -148,19 +228,30 @@ def test_the_redis_cli_block_drives_a_job_to_released(redis_url: str, tmp_path: 
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             time.sleep(0.05)
 
+    prelude = ""
     try:
-        prelude = lines[0]
-        for line in lines[1:]:
-            out = subprocess.run(["bash", "-c", f"{prelude}\n{line}"], cwd=ROOT, capture_output=True, text=True)
-            assert out.returncode == 0 and "ERR" not in out.stdout, (line, out.stdout, out.stderr)
-            if "XREAD" in line:
-                assert "queued" in out.stdout.split()
-                wait(lambda: record().get("state") == "placed", "placed")
-            elif "scale" in line:
+        for command in commands(block):
+            if re.fullmatch(r'[A-Za-z_]+=("[^"]*"|\S+)', command):  # a variable the later commands use
+                prelude += command + "\n"
+                continue
+            proc = subprocess.Popen(
+                ["bash", "-c", prelude + command], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            if "XREAD" in command:
+                wait_for_blocked_read(client.redis, proc)
+                worker = WorkerProcess(redis_url, tmp_path, "w")
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0 and "ERR" not in out, (command, out, err)
+            if "XREAD" in command:
+                assert {"queued", "planning", "placed"} <= set(out.split()), out
+                assert record().get("state") == "placed"
+            elif "scale" in command:
                 wait(lambda: record().get("wanted") == 2, "scaled")
-            elif "release" in line:
+            elif "release" in command:
                 wait(lambda: record().get("state") == "released", "released")
     finally:
-        worker.stop()
+        if worker is not None:
+            worker.stop()
         client.redis.close()
+    assert worker is not None, "the block has no XREAD of the job's stream"
     assert record()["state"] == "released"

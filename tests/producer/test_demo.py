@@ -38,6 +38,18 @@ def test_the_demo_on_a_real_redis_keeps_to_its_prefix(redis_url: str, r: redis.R
     assert all(n.startswith((f"{demo.DEMO_PREFIX}:", "rq:", "someone-else:")) for n in names)
 
 
+def test_the_demo_leaves_none_of_its_keys_behind(redis_url: str, r: redis.Redis) -> None:
+    """Its events stream and job records have no expiry: the demo removes what it wrote once it is done,
+    and says so; what another prefix holds stays."""
+    r.set("modelplan:job:x", "kept")
+    said: list[str] = []
+    assert demo.run(redis_url, said.append) == EXPECTED
+    left = sorted(text(k) for k in r.keys("*") if text(k).startswith(f"{demo.DEMO_PREFIX}:"))
+    assert left == [], left
+    assert not r.exists(f"rq:queue:{demo.DEMO_PREFIX}") and r.get("modelplan:job:x") == b"kept"
+    assert said[-1].lstrip().startswith(f"The demo removed its keys ({demo.DEMO_PREFIX}:*) from Redis at "), said[-1]
+
+
 def test_the_command_runs_with_nothing_but_the_package() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "producer.cli", "demo"],

@@ -369,7 +369,7 @@ def stream_reads(client: Client, monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_watch_yields_each_change_until_settled(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     client.heartbeat(hb("gpu-1", gpus=1, free=0, seq=1))
     job = client.submit(request())
-    seen = client.watch(job, timeout=5)
+    seen = client.watch(job, timeout=5, through_waiting=True)
     assert next(seen).state is JobState.QUEUED
     drain(client)
     assert next(seen).state in (JobState.PLANNING, JobState.WAITING)
@@ -388,10 +388,28 @@ def test_watch_gives_up_at_its_timeout(client: Client, monkeypatch: pytest.Monke
     job = client.submit(request())
     drain(client)
     reads = stream_reads(client, monkeypatch)
-    assert [r.state for r in client.watch(job, timeout=0.3)] == [JobState.WAITING]
+    assert [r.state for r in client.watch(job, timeout=0.3, through_waiting=True)] == [JobState.WAITING]
     # it ended with the job unsettled, having waited on the stream no longer than its timeout each time
     assert client.get(job).state is JobState.WAITING
     assert reads and all(0 < block <= 300 for block in reads), reads
+
+
+def test_watch_stops_at_waiting_unless_told_to_wait_on(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A waiting job may wait for hours: a watch returns once it is waiting, with the record that says
+    what for, rather than sitting silent on the stream until its timeout."""
+    client.heartbeat(hb("gpu-1", gpus=1, free=0, seq=1))
+    job = client.submit(request())
+    seen = client.watch(job, timeout=60)
+    assert next(seen).state is JobState.QUEUED
+    drain(client)
+    reads = stream_reads(client, monkeypatch)
+    assert [r.state for r in seen][-1] is JobState.WAITING
+    # the changes it had not read yet were there at once: no read waited past them for a change to come
+    assert len(reads) == 1, reads
+    reads.clear()
+    waiting = list(client.watch(job, timeout=60))
+    assert [r.state for r in waiting] == [JobState.WAITING] and waiting[0].option is not None
+    assert reads == []
 
 
 def test_a_lapsed_lease_sends_the_job_back(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,7 +50,7 @@ def test_a_card_of_another_class_ranked_equal_places_the_waiting_job_at_once(red
         client.heartbeat(hb("a100-a", "a100-40g", gpus=1, seq=2))  # its card frees
         # past the safety net's sweep (every WAITING_SWEEP_INTERVAL_S) only as a give-up: which pass placed
         # the job is read from the worker's log below
-        settled = [r for r in client.watch("job-b", timeout=2 * WAITING_SWEEP_INTERVAL_S)][-1]
+        settled = [r for r in client.watch("job-b", timeout=2 * WAITING_SWEEP_INTERVAL_S, through_waiting=True)][-1]
     finally:
         worker.stop()
     placed = client.get("job-b")
