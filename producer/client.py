@@ -21,7 +21,7 @@ import redis
 from producer.ownstream import OwnStream
 from producer.relayed import Relayed, Stored
 from producer.serve import request_from_folder, request_from_listing, request_from_repository
-from worker import conflicts, quarantine
+from worker import conflicts, owners, quarantine
 from worker import constants as C
 from worker.beats import Beat
 from worker.config import client_id as default_client_id
@@ -33,7 +33,7 @@ from worker.config import wait_timeout_ms as default_wait_timeout_ms
 from worker.conflicts import ConflictRecord
 from worker.keys import Keys, check_client_id, check_id
 from worker.mirrored import MirroredStore
-from worker.operations import Operations, check_replicas
+from worker.operations import Operations, check_replicas, existing
 from worker.owners import ANYONE, Acting, Owned
 from worker.pool import Held, Snapshot
 from worker.records import (
@@ -132,12 +132,16 @@ class Client:
         request: ServeRequest | Mapping[str, Any],
         job_id: str | None = None,
         *,
+        exists_ok: bool = True,
         as_client: Acting = ANYONE,
         owned: Owned | None = None,
     ) -> str:
         """Record a serve job and queue it for planning, in one transaction: when this returns, the job is
         stored and queued; when it raises, nothing was. Submitting the same id with the same request again
-        returns the id and queues nothing; with another request it raises ``JobExists``.
+        returns the id and queues nothing; with another request it raises ``JobExists``. ``exists_ok=False``
+        refuses any id already recorded with ``AlreadySubmitted`` (a ``JobExists``), which says what that
+        job is (its state and reason; a failed one is planned again by ``retry``). Acting through the
+        client's own stream, the record is read before the entry is sent.
 
         ``as_client`` and ``owned`` are the request reader's (``worker.requests``): whom the submit acts for
         (the job's owner; ``JobTaken`` if the id is another's) and the client's count of replicas, which
@@ -146,9 +150,19 @@ class Client:
         job_id = check_id(job_id, "job_id") if job_id is not None else uuid.uuid4().hex
         own = self._own
         if own is not None:
+            if not exists_ok:
+                self._refuse_recorded(job_id, req)
             self._call(lambda: own.ask("submit", job_id, request=req.model_dump_json()))
             return job_id
-        return self.operations.submit(req, job_id, as_client=as_client, owned=owned)
+        return self.operations.submit(req, job_id, as_client=as_client, owned=owned, exists_ok=exists_ok)
+
+    def _refuse_recorded(self, job_id: str, req: ServeRequest) -> None:
+        """Raise what a submit of ``req`` under a recorded ``job_id`` is told (``JobTaken`` if another
+        client's); nothing if there is no record."""
+        old = self._call(lambda: self.store.job(job_id))
+        if old is not None:
+            owners.check_submit(old, self.client_id)
+            raise existing(old, req)
 
     def get(self, job_id: str) -> JobRecord:
         return self.operations.get(job_id)
@@ -196,6 +210,14 @@ class Client:
         if self._own is not None:
             return self._asked("cancel", job_id)
         return self.operations.cancel(job_id, as_client=as_client)
+
+    def retry(self, job_id: str, *, as_client: Acting = ANYONE) -> JobRecord:
+        """Queue a failed job for planning again under the same id, to be planned on the pool as it is then
+        (a node that can hold it may have joined since it failed): its record, back in ``queued``. Only a
+        failed job (``WrongState`` otherwise). ``as_client``: as for ``release``."""
+        if self._own is not None:
+            return self._asked("retry", job_id)
+        return self.operations.retry(job_id, as_client=as_client)
 
     def _asked(self, op: str, job_id: str, **fields: str) -> JobRecord:
         """``op`` carried out through this client's own stream: the job's record once it is answered."""
