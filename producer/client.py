@@ -266,6 +266,12 @@ class Client:
 
         return self._call(put)
 
+    def last_seq(self, node_id: str, boot_id: str) -> int | None:
+        """The seq of the node's stored heartbeat when it is of ``boot_id``: what a heartbeat of that boot
+        must rise above to be stored. None when none of that boot is stored."""
+        rec = self._call(lambda: self.store.node_record(node_id))
+        return rec.seq if rec is not None and rec.boot_id == boot_id else None
+
     def conflicts(self) -> list[ConflictRecord]:
         """The node ids two agents publish under now, by id: each out of the pool until one is left."""
         return self._call(lambda: conflicts.read(self.store))
