@@ -101,14 +101,14 @@ class Client:
             wait_replicas=default_wait_replicas(wait_replicas),
             wait_timeout_ms=default_wait_timeout_ms(wait_timeout_ms),
         )
-        """Submit, release, cancel and scale, as the request streams' reader carries them out. Each waits
+        """Submit, release, cancel, scale and retry, as the request streams' reader carries them out. Each waits
         for ``wait_replicas`` replicas before it returns (``MODELPLAN_WAIT_REPLICAS``, 0 by default): with
         N, what returned survives a failover that promotes one of those N."""
         self._relayed = Relayed()
         """The heartbeats ``heartbeats`` validated from text, so that a refresh's next text is not again."""
         self.client_id = check_client_id(client_id) if client_id is not None else None
-        """The registered client this one acts as: its submit, release, cancel and scale go through that
-        client's own request stream and wait for the answer (``producer.ownstream``); None: direct."""
+        """The registered client this one acts as: its submit, release, cancel, scale and retry go through
+        that client's own request stream and wait for the answer (``producer.ownstream``); None: direct."""
         self._own = OwnStream(client, self.keys, self.client_id) if self.client_id is not None else None
 
     @classmethod

@@ -1,6 +1,6 @@
-"""What a caller asks of a job: submit, release, cancel, scale, retry. ``producer.Client`` (a direct call) and the
-request streams' reader (``worker.requests``, an entry) both carry them out here, so that both make the same
-record, the same queue entry and the same refusals.
+"""What a caller asks of a job: submit, release, cancel, scale, retry. ``producer.Client`` (a direct call)
+and the request streams' reader (``worker.requests``, an entry) both carry them out here, so that both make
+the same record, the same queue entry and the same refusals.
 
 Each operation reads, decides and commits against what it read: a commit through ``transition.lua`` against
 the record's version, or a ``WATCH`` transaction. A commit that lost a race to another writer is tried
@@ -85,7 +85,7 @@ def check_replicas(replicas: int) -> None:
 
 @dataclass
 class Operations:
-    """Submit, release, cancel and scale on one store. After each, waits until ``wait_replicas`` replicas
+    """Submit, release, cancel, scale and retry on one store. After each, waits until ``wait_replicas`` replicas
     have every write so far (``NotReplicated`` if they do not within ``wait_timeout_ms``); any error Redis
     answers with, or its absence, is raised as one of modelplan's (``redis_failure``), naming ``url``."""
 

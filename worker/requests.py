@@ -13,8 +13,8 @@ service, to the shared ``{prefix}:requests`` (``Keys.requests``)::
 
 Redis does not say who appended an entry, only where: a client's own stream is one only its ACL user may
 append to, so its entries act for that client (``worker.owners``). A job submitted there is that
-client's (``JobRecord.owner``), and only its entries may release, cancel or scale it, or submit its id
-again; the shared stream reaches only the jobs no client owns. Each client's entries are answered on its
+client's (``JobRecord.owner``), and only its entries may release, cancel, scale or retry it, or submit
+its id again; the shared stream reaches only the jobs no client owns. Each client's entries are answered on its
 own ``client:{id}:replies`` (an entry naming ``reply_to`` there is refused, so that no entry can make a
 worker write another client's replies), the shared stream's on the ``reply:{name}`` an entry names. A
 refusal is written nowhere else, above all not on the job's own stream, which every client may read and
