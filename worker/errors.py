@@ -61,7 +61,8 @@ class AlreadySubmitted(JobExists):
     def __init__(self, job_id: str, state: str, summary: str, reason: str, *, same_request: bool = True) -> None:
         self.job_id, self.state = job_id, state
         other = "" if same_request else " with a different request"
-        said = f"job {job_id!r} already exists{other}: {state} ({summary})" + (f": {reason}" if reason else "")
+        said = f"job {job_id!r} already exists{other}: {state} ({summary})"
+        said += f": {reason}" if reason and reason != state else ""
         if state == "failed":
             said += f"; {use('retry')} to plan it again"
         ModelplanError.__init__(self, said)
