@@ -198,6 +198,10 @@ def wait_for(o: Option, nodes: Nodes, held_for_others: Mapping[str, int] | None 
     return Wait(kind, o, tuple(n.id for _, n in nearest), missing, text)
 
 
+NO_NODE_YET = "no node has reported to the pool yet (or every node has gone silent); waiting for one"
+"""Why a job that no plan found an option for waits, rather than fails, on an empty pool."""
+
+
 def plan_job(
     artifacts: Sequence[Artifact],
     shape: Shape,
@@ -220,7 +224,8 @@ def plan_job(
     on a fallback, then the highest-numbered; new ones are numbered after the highest. Each other
     replica is placed on the best option if it is free now; else, with ``fallback``, it keeps (or takes)
     the best option that is free now; else it waits. ``ever_fit`` says an earlier plan found an option: such
-    a job waits, rather than fails, when the pool no longer holds it. ``estimate`` says how an engine's own
+    a job waits, rather than fails, when the pool no longer holds it; so does every job while the pool has
+    no node (``NO_NODE_YET``), which a node joining wakes. ``estimate`` says how an engine's own
     cost is counted, ``settings`` what the engines are started with.
     """
     kept, dropped = _scale(running, replicas)
@@ -228,9 +233,11 @@ def plan_job(
     ranked = tuple(options(artifacts, shape, view, context, estimate, settings))
     if not ranked:
         why = why_unfit(artifacts, shape, view, context, estimate, settings)
-        if not ever_fit and not any(r.holds for r in kept):
+        empty = not view  # no node to judge it by: an empty pool is not one that cannot hold it
+        if not ever_fit and not empty and not any(r.holds for r in kept):
             return JobPlan("failed", None, (), (), dropped, why)
-        gone = Wait("gone", None, (), (), f"no node in the pool can hold it now ({why}); waiting for one")
+        said = f"no node in the pool can hold it now ({why}); waiting for one"
+        gone = Wait("gone", None, (), (), NO_NODE_YET if empty and not ever_fit else said)
         plans = tuple(
             ReplicaPlan(r.index, _state_of(r), r.option, r.holds, False, None if r.on_target else gone) for r in kept
         )

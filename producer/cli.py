@@ -32,10 +32,11 @@ from producer.named import load_repository
 from producer.refusals import refusals
 from producer.render import beat_text, estimates_text, job_text, options_table, settings_text, status_text
 from producer.settingsargs import add_settings_args, settings_from_args
+from worker.beats import Beat
 from worker.config import CLIENT_ID_ENV, PREFIX_ENV, REDIS_URL_ENV, configure_logging, estimate, redact, redis_url
 from worker.config import settings as deployment_settings
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, PRIORITY_MAX
-from worker.errors import RedisForbidden, RedisUnavailable, redis_failure
+from worker.errors import RedisForbidden, RedisUnavailable, cli_words, redis_failure
 from worker.logs import get_logger
 from worker.records import JobState, parse_heartbeat
 
@@ -105,7 +106,10 @@ def cmd_heartbeat(args: argparse.Namespace) -> int:
         },
         "heartbeat",
     )
-    print(beat_text(_client(args).publish(hb), hb.node_id))
+    client = _client(args)
+    beat = client.publish(hb)
+    last = client.last_seq(hb.node_id, hb.boot_id) if beat is Beat.STALE else None
+    print(beat_text(beat, hb.node_id, last, seq_given=args.seq is not None))
     return 0
 
 
@@ -134,7 +138,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         estimate=args.estimate,
         settings=settings_from_args(args),
     )
-    print(client.submit(req, args.job_id))
+    print(client.submit(req, args.job_id, exists_ok=False))
     return 0
 
 
@@ -162,6 +166,11 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     print(job_text(_client(args).cancel(args.job_id)))
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    print(job_text(_client(args).retry(args.job_id)))
     return 0
 
 
@@ -294,7 +303,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="a name for people (default: the folder's)")
     p.add_argument("--artifact", help="pin one artifact by name")
     p.add_argument("--priority", type=int, default=0, help=f"0 to {PRIORITY_MAX}, higher first (default 0)")
-    p.add_argument("--job-id", help="your own id (letters, digits, . _ -): submitting it again is a no-op")
+    p.add_argument("--job-id", help="your own id (letters, digits, . _ -): submitting it again says what it is")
     p.add_argument("--replicas", type=int, default=1, help="how many replicas (default 1)")
     p.add_argument(
         "--fallback",
@@ -307,6 +316,7 @@ def parser() -> argparse.ArgumentParser:
         ("job", cmd_job, "a job's record"),
         ("release", cmd_release, "free a placed job"),
         ("cancel", cmd_cancel, "cancel a queued or waiting job"),
+        ("retry", cmd_retry, "queue a failed job for planning again, under the same id"),
     ):
         p = sub.add_parser(name, parents=[redis_args] if name == "job" else [redis_args, as_client], help=text)
         p.add_argument("job_id")
@@ -370,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(e, redis.RedisError):  # met outside the client's calls, which say where
             e = redis_failure(_where(args), e)
         # "modelplan scale: scale: replicas ..." says the command twice
-        said = str(e).removeprefix(f"{args.command}: ")
+        said = cli_words(str(e), getattr(e, "job_id", None)).removeprefix(f"{args.command}: ")
         print(f"modelplan {args.command}: {said}", file=sys.stderr)
         return 2
     except BrokenPipeError:

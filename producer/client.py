@@ -21,7 +21,7 @@ import redis
 from producer.ownstream import OwnStream
 from producer.relayed import Relayed, Stored
 from producer.serve import request_from_folder, request_from_listing, request_from_repository
-from worker import conflicts, quarantine
+from worker import conflicts, owners, quarantine
 from worker import constants as C
 from worker.beats import Beat
 from worker.config import client_id as default_client_id
@@ -33,7 +33,7 @@ from worker.config import wait_timeout_ms as default_wait_timeout_ms
 from worker.conflicts import ConflictRecord
 from worker.keys import Keys, check_client_id, check_id
 from worker.mirrored import MirroredStore
-from worker.operations import Operations, check_replicas
+from worker.operations import Operations, check_replicas, existing
 from worker.owners import ANYONE, Acting, Owned
 from worker.pool import Held, Snapshot
 from worker.records import (
@@ -101,14 +101,14 @@ class Client:
             wait_replicas=default_wait_replicas(wait_replicas),
             wait_timeout_ms=default_wait_timeout_ms(wait_timeout_ms),
         )
-        """Submit, release, cancel and scale, as the request streams' reader carries them out. Each waits
+        """Submit, release, cancel, scale and retry, as the request streams' reader carries them out. Each waits
         for ``wait_replicas`` replicas before it returns (``MODELPLAN_WAIT_REPLICAS``, 0 by default): with
         N, what returned survives a failover that promotes one of those N."""
         self._relayed = Relayed()
         """The heartbeats ``heartbeats`` validated from text, so that a refresh's next text is not again."""
         self.client_id = check_client_id(client_id) if client_id is not None else None
-        """The registered client this one acts as: its submit, release, cancel and scale go through that
-        client's own request stream and wait for the answer (``producer.ownstream``); None: direct."""
+        """The registered client this one acts as: its submit, release, cancel, scale and retry go through
+        that client's own request stream and wait for the answer (``producer.ownstream``); None: direct."""
         self._own = OwnStream(client, self.keys, self.client_id) if self.client_id is not None else None
 
     @classmethod
@@ -132,12 +132,16 @@ class Client:
         request: ServeRequest | Mapping[str, Any],
         job_id: str | None = None,
         *,
+        exists_ok: bool = True,
         as_client: Acting = ANYONE,
         owned: Owned | None = None,
     ) -> str:
         """Record a serve job and queue it for planning, in one transaction: when this returns, the job is
         stored and queued; when it raises, nothing was. Submitting the same id with the same request again
-        returns the id and queues nothing; with another request it raises ``JobExists``.
+        returns the id and queues nothing; with another request it raises ``JobExists``. ``exists_ok=False``
+        refuses any id already recorded with ``AlreadySubmitted`` (a ``JobExists``), which says what that
+        job is (its state and reason; a failed one is planned again by ``retry``). Acting through the
+        client's own stream, the record is read before the entry is sent.
 
         ``as_client`` and ``owned`` are the request reader's (``worker.requests``): whom the submit acts for
         (the job's owner; ``JobTaken`` if the id is another's) and the client's count of replicas, which
@@ -146,9 +150,19 @@ class Client:
         job_id = check_id(job_id, "job_id") if job_id is not None else uuid.uuid4().hex
         own = self._own
         if own is not None:
+            if not exists_ok:
+                self._refuse_recorded(job_id, req)
             self._call(lambda: own.ask("submit", job_id, request=req.model_dump_json()))
             return job_id
-        return self.operations.submit(req, job_id, as_client=as_client, owned=owned)
+        return self.operations.submit(req, job_id, as_client=as_client, owned=owned, exists_ok=exists_ok)
+
+    def _refuse_recorded(self, job_id: str, req: ServeRequest) -> None:
+        """Raise what a submit of ``req`` under a recorded ``job_id`` is told (``JobTaken`` if another
+        client's); nothing if there is no record."""
+        old = self._call(lambda: self.store.job(job_id))
+        if old is not None:
+            owners.check_submit(old, self.client_id)
+            raise existing(old, req)
 
     def get(self, job_id: str) -> JobRecord:
         return self.operations.get(job_id)
@@ -202,6 +216,14 @@ class Client:
             return self._asked("cancel", job_id)
         return self.operations.cancel(job_id, as_client=as_client)
 
+    def retry(self, job_id: str, *, as_client: Acting = ANYONE) -> JobRecord:
+        """Queue a failed job for planning again under the same id, to be planned on the pool as it is then
+        (a node that can hold it may have joined since it failed): its record, back in ``queued``. Only a
+        failed job (``WrongState`` otherwise). ``as_client``: as for ``release``."""
+        if self._own is not None:
+            return self._asked("retry", job_id)
+        return self.operations.retry(job_id, as_client=as_client)
+
     def _asked(self, op: str, job_id: str, **fields: str) -> JobRecord:
         """``op`` carried out through this client's own stream: the job's record once it is answered."""
         check_id(job_id, "job_id")
@@ -248,6 +270,12 @@ class Client:
             return [reply.beat for reply in replies]
 
         return self._call(put)
+
+    def last_seq(self, node_id: str, boot_id: str) -> int | None:
+        """The seq of the node's stored heartbeat when it is of ``boot_id``: what a heartbeat of that boot
+        must rise above to be stored. None when none of that boot is stored."""
+        rec = self._call(lambda: self.store.node_record(node_id))
+        return rec.seq if rec is not None and rec.boot_id == boot_id else None
 
     def conflicts(self) -> list[ConflictRecord]:
         """The node ids two agents publish under now, by id: each out of the pool until one is left."""

@@ -175,8 +175,17 @@ def conflict_line(c: ConflictRecord) -> str:
     return f"node {c.node_id} claimed by {len(c.boots)} agents (boots {boots}) since {since}, {flips}: out of the pool"
 
 
-def beat_text(beat: Beat, node_id: str) -> str:
-    """What became of a heartbeat ``modelplan heartbeat`` published."""
+def beat_text(beat: Beat, node_id: str, last: int | None = None, *, seq_given: bool = True) -> str:
+    """What became of a heartbeat ``modelplan heartbeat`` published; a stale one with ``last``, the seq of
+    the node's stored heartbeat of its boot, says what seq would be stored: above it, and the default (the
+    clock in microseconds) too unless ``seq_given`` is False (the default was given, and is behind it)."""
+    if beat is Beat.STALE and last is not None:
+        said = f"stale: node {node_id}'s last seq was {last}"
+        if seq_given:
+            said += f" (the default seq is the clock in microseconds); give a seq above {last} or leave --seq out"
+        else:
+            said += f", ahead of the clock in microseconds (the default seq); give a seq above {last}"
+        return said + "; nothing changed"
     return {
         Beat.OK: "stored",
         Beat.STALE: "stale: an older heartbeat than the one stored; nothing changed",

@@ -86,7 +86,7 @@ def transition_call(
         pending[0] if pending else "",
         pending[1] if pending else 0,
         epoch if epoch is not None and pending else "",
-        C.FINISHED_TTL_S if new.state.final else 0,
+        C.FINISHED_TTL_S if new.state.final else -1 if old.state.final else 0,
         C.EVENTS_MAXLEN,
         C.JOB_EVENTS_MAXLEN,
         reason,

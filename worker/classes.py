@@ -8,15 +8,15 @@ from collections.abc import Sequence
 from planner import Option
 from planner.decide import class_key
 from planner.options import rank_key
-from worker.keys import CPU_CLASS
+from worker.keys import ANY_CLASS, CPU_CLASS
 from worker.records import JobRecord
 
 
 def class_of(rec: JobRecord) -> str:
     """The class a job's holds free, and what a pending job waits for: its best option's card class, or
-    ``cpu``; ``any`` when it has no option now (woken by any class)."""
+    ``cpu``; ``any`` when it has no option now (woken by any class: ``ANY_CLASS``)."""
     if rec.option is None:
-        return "any"
+        return ANY_CLASS
     return CPU_CLASS if rec.option.cpu else rec.option.gpu_class
 
 
@@ -39,7 +39,7 @@ def waits_on(rec: JobRecord, alternatives: Sequence[Option]) -> str:
     ``any`` when it has no option."""
     best = rec.option
     if best is None:
-        return "any"
+        return ANY_CLASS
     if rec.request.fallback:
         same = list(alternatives)
     else:

@@ -33,12 +33,50 @@ class JobExists(ModelplanError):
         super().__init__(f"job {job_id!r}: already submitted with a different request")
 
 
-class WrongState(ModelplanError):
-    """Raised by ``release`` and ``cancel`` when the job is not in a state they apply to."""
+CALLS = ("release", "retry")
+"""The calls a refusal may tell its caller to make instead (``use``)."""
 
-    def __init__(self, job_id: str, state: str, action: str, allowed: str) -> None:
+
+def use(call: str) -> str:
+    """What a refusal tells its caller to do instead, as the Python client names it: ``use release()``.
+    The CLI names its command there instead (``cli_words``)."""
+    return f"use {call}()"
+
+
+def cli_words(said: str, job_id: str | None) -> str:
+    """A refusal's message as the CLI says it: each call it names (``use``) as the command that makes it
+    for ``job_id``."""
+    if not job_id:
+        return said
+    for call in CALLS:
+        said = said.replace(use(call), f"use modelplan {call} {job_id}")
+    return said
+
+
+class AlreadySubmitted(JobExists):
+    """Raised by ``submit`` told to refuse an id already recorded (``exists_ok=False``, as the CLI
+    submits): says what that job is (its state, summary and reason) and, for a failed one, that ``retry``
+    plans it again. Nothing was queued."""
+
+    def __init__(self, job_id: str, state: str, summary: str, reason: str, *, same_request: bool = True) -> None:
         self.job_id, self.state = job_id, state
-        super().__init__(f"job {job_id!r} is {state}: {action} applies only to {allowed} jobs")
+        other = "" if same_request else " with a different request"
+        said = f"job {job_id!r} already exists{other}: {state} ({summary})"
+        said += f": {reason}" if reason and reason != state else ""
+        if state == "failed":
+            said += f"; {use('retry')} to plan it again"
+        ModelplanError.__init__(self, said)
+
+
+class WrongState(ModelplanError):
+    """Raised by ``release``, ``cancel`` and ``retry`` when the job is not in a state they apply to;
+    ``instead`` says what to do about it, where another call serves (``use``)."""
+
+    def __init__(self, job_id: str, state: str, action: str, allowed: str, instead: str = "") -> None:
+        self.job_id, self.state = job_id, state
+        super().__init__(
+            f"job {job_id!r} is {state}: {action} applies only to {allowed} jobs" + (instead and "; ") + instead
+        )
 
 
 class StillRunning(WrongState):
@@ -49,7 +87,7 @@ class StillRunning(WrongState):
         ModelplanError.__init__(
             self,
             f"job {job_id!r} is {state} with {running} of {wanted} replica(s) running: cancel applies only to "
-            "jobs with none running; release it to free them",
+            f"jobs with none running; {use('release')} to free them",
         )
         self.job_id, self.state = job_id, state
 

@@ -82,8 +82,8 @@ key (after the prefix)                  type    TTL                   written by
                                                                       JSON ``{"digest", "what",
                                                                       "action", "at"}``
 ``requests``                            stream  entries deleted once  any client: operations (submit,
-                                                answered              release, cancel, scale) as JSON
-                                                                      fields; workers read it as the
+                                                answered              release, cancel, scale, retry) as
+                                                                      JSON fields; workers read it as the
                                                                       consumer group ``workers``
 ``reply:{name}``                        stream  REPLY_TTL_S, MAXLEN   worker.requests: the answer to each
                                                 REPLY_MAXLEN          ``requests`` entry that named
@@ -147,6 +147,11 @@ JOB_STATES = frozenset({"queued", "planning", "placed", "waiting", "failed", "ca
 
 CPU_CLASS = "cpu"
 """The class key of CPU capacity (host memory) in ``pending:for`` and ``wake:classes``."""
+
+ANY_CLASS = "any"
+"""The class a pending job with no option to name a class by waits on in ``pending:for`` (the pool is
+empty, or its hardware left it): capacity freed in any class wakes it (``take_wake.lua``), and counted in
+``pending:classes`` it has every heartbeat that frees something signal a pass (``heartbeat.lua``)."""
 
 
 CLIENT_ID_MAX = 64

@@ -1,6 +1,6 @@
-"""What a caller asks of a job: submit, release, cancel, scale. ``producer.Client`` (a direct call) and the
-request streams' reader (``worker.requests``, an entry) both carry them out here, so that both make the same
-record, the same queue entry and the same refusals.
+"""What a caller asks of a job: submit, release, cancel, scale, retry. ``producer.Client`` (a direct call)
+and the request streams' reader (``worker.requests``, an entry) both carry them out here, so that both make
+the same record, the same queue entry and the same refusals.
 
 Each operation reads, decides and commits against what it read: a commit through ``transition.lua`` against
 the record's version, or a ``WATCH`` transaction. A commit that lost a race to another writer is tried
@@ -23,7 +23,17 @@ from worker import logs, owners
 from worker.classes import clear_all
 from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
-from worker.errors import Contended, JobExists, JobNotFound, NotReplicated, StillRunning, WrongState, redis_failure
+from worker.errors import (
+    AlreadySubmitted,
+    Contended,
+    JobExists,
+    JobNotFound,
+    NotReplicated,
+    StillRunning,
+    WrongState,
+    redis_failure,
+    use,
+)
 from worker.jobtext import read_job
 from worker.keys import check_id
 from worker.mirrored import MirroredStore
@@ -75,7 +85,7 @@ def check_replicas(replicas: int) -> None:
 
 @dataclass
 class Operations:
-    """Submit, release, cancel and scale on one store. After each, waits until ``wait_replicas`` replicas
+    """Submit, release, cancel, scale and retry on one store. After each, waits until ``wait_replicas`` replicas
     have every write so far (``NotReplicated`` if they do not within ``wait_timeout_ms``); any error Redis
     answers with, or its absence, is raised as one of modelplan's (``redis_failure``), naming ``url``."""
 
@@ -117,11 +127,17 @@ class Operations:
         return rec
 
     def submit(
-        self, req: ServeRequest, job_id: str | None = None, *, as_client: Acting = ANYONE, owned: Owned | None = None
+        self,
+        req: ServeRequest,
+        job_id: str | None = None,
+        *,
+        as_client: Acting = ANYONE,
+        owned: Owned | None = None,
+        exists_ok: bool = True,
     ) -> str:
         """Record a serve job and queue it for planning, in one transaction (``submit``): its id."""
         job_id = check_id(job_id, "job_id") if job_id is not None else uuid.uuid4().hex
-        self.call(lambda: submit(self.store, req, job_id, as_client, owned))
+        self.call(lambda: submit(self.store, req, job_id, as_client, owned, exists_ok=exists_ok))
         self.replicated(f"submit {job_id}")
         return job_id
 
@@ -134,6 +150,19 @@ class Operations:
         rec = self.call(lambda: cancel(self.store, job_id, as_client))
         self.replicated(f"cancel {job_id}")
         return rec
+
+    def retry(self, job_id: str, *, as_client: Acting = ANYONE, owned: Owned | None = None) -> JobRecord:
+        """``retry``; with ``owned``, within the client's count of replicas: the job's count is reserved
+        before it is queued again (``reserve``), as a scale's is, and settled on what the record says after."""
+        if owned is not None:
+            reserve(owned, job_id, self.get(job_id).wanted)
+        try:
+            rec = self.call(lambda: retry(self.store, job_id, as_client))
+            self.replicated(f"retry {job_id}")
+            return rec
+        finally:
+            if owned is not None:
+                owned.settle(job_id)
 
     def scale(
         self,
@@ -164,11 +193,18 @@ class Operations:
 
 
 def submit(
-    store: MirroredStore, req: ServeRequest, job_id: str, acting: Acting = ANYONE, owned: Owned | None = None
+    store: MirroredStore,
+    req: ServeRequest,
+    job_id: str,
+    acting: Acting = ANYONE,
+    owned: Owned | None = None,
+    *,
+    exists_ok: bool = True,
 ) -> str:
     """Record a serve job and queue it for planning, in one transaction: when this returns, the job is
     stored and queued; when it raises, nothing was. The same id with the same request again returns the id
-    and queues nothing; with another request it raises ``JobExists``. ``acting``: whom the submit is for
+    and queues nothing; with another request it raises ``JobExists``; either, with ``exists_ok`` False,
+    raises ``AlreadySubmitted`` saying what the job is (``existing``). ``acting``: whom the submit is for
     (the job's owner; ``JobTaken`` if the id is another's); ``owned``: the client's count of replicas, which
     the submit is admitted to in the same transaction."""
     k = store.keys
@@ -181,6 +217,8 @@ def submit(
             if raw is not None:
                 old = read_job(raw, key)
                 owners.check_submit(old, acting)
+                if not exists_ok:
+                    raise existing(old, req)
                 if old.request == req:
                     return job_id
                 raise JobExists(job_id)
@@ -215,6 +253,11 @@ def submit(
     return with_retries(job_id, attempt, attempts=None)
 
 
+def existing(old: JobRecord, req: ServeRequest) -> AlreadySubmitted:
+    """What a submit of ``req`` under ``old``'s id is told when it may not name a recorded job."""
+    return AlreadySubmitted(old.job_id, old.state.value, old.summary, old.reason, same_request=old.request == req)
+
+
 def release(store: Store, job_id: str, acting: Acting = ANYONE) -> JobRecord:
     """Free everything a job holds (every replica); pending jobs that can use it are planned at once.
     ``acting``: whom the call is for; ``NotOwner`` if the job is not theirs (``worker.owners``)."""
@@ -245,7 +288,8 @@ def cancel(store: Store, job_id: str, acting: Acting = ANYONE) -> JobRecord:
             raise JobNotFound(job_id)
         owners.check(rec, acting)
         if rec.state not in CANCELLABLE:
-            raise WrongState(job_id, rec.state.value, "cancel", "queued, planning or waiting")
+            instead = f"{use('release')} to end it and free its cards" if rec.state is JobState.PLACED else ""
+            raise WrongState(job_id, rec.state.value, "cancel", "queued, planning or waiting", instead)
         running = sum(1 for r in rec.replicas if r.placement)
         if running:
             raise StillRunning(job_id, rec.state.value, running, rec.wanted)
@@ -255,6 +299,43 @@ def cancel(store: Store, job_id: str, acting: Acting = ANYONE) -> JobRecord:
         if not store.transition(rec, new, reason="cancelled", clear=clear_all(rec)).ok:
             return AGAIN
         log.info("job_cancelled", job_id=job_id)
+        return new
+
+    return with_retries(job_id, attempt)
+
+
+def retry(store: Store, job_id: str, acting: Acting = ANYONE) -> JobRecord:
+    """Queue a failed job for planning again under its id, to be planned on the pool as it is then (a
+    node that can hold it may have joined since it failed): its record goes back to ``queued``, kept for
+    good again, and a planning job onto the queue. Only a failed job: another state raises ``WrongState``.
+    ``acting``: as for ``release``. The record is committed first; were the caller to stop before the
+    queue entry is written, the sweep queues a job left queued without one (as for a worker that died)."""
+
+    def attempt() -> JobRecord | Again:
+        rec = store.job(job_id)
+        if rec is None:
+            raise JobNotFound(job_id)
+        owners.check(rec, acting)
+        if rec.state is not JobState.FAILED:
+            raise WrongState(job_id, rec.state.value, "retry", "failed")
+        new = rec.advance(
+            JobState.QUEUED,
+            at=utcnow(),
+            option=None,
+            replicas=(),
+            alternatives=(),
+            nomination=None,
+            worker=None,
+            lease_until=None,
+            reason="retried",
+        )
+        out = store.transition(rec, new, reason="retried", score=now_ms(), clear=clear_all(rec))
+        if out.code is Reply.GONE:
+            raise JobNotFound(job_id)
+        if not out.ok:
+            return AGAIN
+        store.enqueue_plan(job_id)
+        log.info("job_retried", job_id=job_id)
         return new
 
     return with_retries(job_id, attempt)

@@ -3,8 +3,8 @@
 Redis does not record who appended a stream entry, so a job's owner is taken from where its submit was
 written: an entry of ``client:{id}:requests``, a stream only client ``id``'s ACL user may append to, is
 client ``id``'s. A job records it (``JobRecord.owner``), and from then on only entries of that stream may
-release, cancel or scale it, or submit its id again. The shared ``requests`` stream acts for no client
-(``None``): it reaches the jobs submitted on it or by direct calls, never a client's. A direct call of the
+release, cancel, scale or retry it, or submit its id again. The shared ``requests`` stream acts for no
+client (``None``): it reaches the jobs submitted on it or by direct calls, never a client's. A direct call of the
 Python client acts for anyone (``ANYONE``): it writes the records itself, so it is trusted with every job.
 
 The quotas are the worker's settings (``MODELPLAN_MAX_REPLICAS`` for one job, ``MODELPLAN_CLIENT_REPLICAS``

@@ -2,7 +2,7 @@
 the next record (``change_for``) and commit it in one step (``commit``, ``commit_all``); a commit that
 loses a race is planned again or left to whoever won it. The wake-up pass is ``worker.waking``'s; moves
 the worker makes from outside a plan (lost nodes, lapsed leases) are ``worker.moves``'; what a caller
-asks (release, cancel, scale) is ``worker.operations``'."""
+asks (release, cancel, scale, retry) is ``worker.operations``'."""
 
 from __future__ import annotations
 

@@ -316,7 +316,7 @@ class JobRecord(BaseModel):
     hardware leaves the pool."""
     owner: str | None = Field(default=None, pattern=ID_REGEX)
     """The client whose own request stream carried the submit; none for the shared stream and direct calls.
-    Only the owner may release, cancel or scale the job through a request stream."""
+    Only the owner may release, cancel, scale or retry the job through a request stream."""
 
     @property
     def placement(self) -> tuple[Reservation, ...]:

@@ -4,7 +4,7 @@ A client appends an entry of string fields to its own stream ``{prefix}:client:{
 (``Keys.client_requests``; the operator registers ``id`` with ``modelplan client add``), or, a trusted
 service, to the shared ``{prefix}:requests`` (``Keys.requests``)::
 
-    op        submit | release | cancel | scale
+    op        submit | release | cancel | scale | retry
     job_id    the job's id (for submit optional: without one the job is named after the entry: r-{entry id},
               on a client's stream r-{client id}-{entry id})
     request   submit: the serve request as JSON, as the Python client takes it (``modelplan schema request``)
@@ -13,8 +13,8 @@ service, to the shared ``{prefix}:requests`` (``Keys.requests``)::
 
 Redis does not say who appended an entry, only where: a client's own stream is one only its ACL user may
 append to, so its entries act for that client (``worker.owners``). A job submitted there is that
-client's (``JobRecord.owner``), and only its entries may release, cancel or scale it, or submit its id
-again; the shared stream reaches only the jobs no client owns. Each client's entries are answered on its
+client's (``JobRecord.owner``), and only its entries may release, cancel, scale or retry it, or submit
+its id again; the shared stream reaches only the jobs no client owns. Each client's entries are answered on its
 own ``client:{id}:replies`` (an entry naming ``reply_to`` there is refused, so that no entry can make a
 worker write another client's replies), the shared stream's on the ``reply:{name}`` an entry names. A
 refusal is written nowhere else, above all not on the job's own stream, which every client may read and
@@ -56,7 +56,7 @@ from worker.streams import Source, Streams
 
 log = logs.get_logger("modelplan.requests")
 
-OPS = ("submit", "release", "cancel", "scale")
+OPS = ("submit", "release", "cancel", "scale", "retry")
 FIELDS = ("op", "job_id", "request", "replicas", "reply_to")
 SOURCE = "request entry"
 
@@ -258,6 +258,8 @@ class Consumer:
                 rec = c.release(job_id, as_client=client_id)
             elif entry.op == "cancel":
                 rec = c.cancel(job_id, as_client=client_id)
+            elif entry.op == "retry":
+                rec = c.retry(job_id, as_client=client_id, owned=owned)
             else:
                 assert entry.replicas is not None
                 rec = self._scale(job_id, entry.replicas, client_id, owned)

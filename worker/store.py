@@ -28,7 +28,7 @@ from worker.mirror import Unread
 from worker.pool import Held, HoldSpec, parse_cache, read_holds
 from worker.poolread import PoolReads, ids_in, member_text
 from worker.queueing import planning_queue
-from worker.records import JobRecord, JobState, utcnow
+from worker.records import JobRecord, JobState, NodeRecord, utcnow
 from worker.replies import Reply
 from worker.scripts import script, text
 
@@ -88,12 +88,17 @@ class Store(PoolReads, Handoffs, Heartbeats):
 
     def node_boot(self, node_id: str) -> str | None:
         """The boot a node's stored heartbeat reports; None when it has none that parses."""
+        rec = self.node_record(node_id)
+        return None if rec is None else rec.boot_id
+
+    def node_record(self, node_id: str) -> NodeRecord | None:
+        """A node's stored heartbeat; None when it has none that parses."""
         key = self.keys.node(node_id)
         raw = self.redis.get(key)
         if raw is None:
             return None
         try:
-            return parse_cache.node(raw.encode() if isinstance(raw, str) else raw, key).record.boot_id
+            return parse_cache.node(raw.encode() if isinstance(raw, str) else raw, key).record
         except BadRecord as e:
             self.report_bad(e, "left out of the pool")
             return None

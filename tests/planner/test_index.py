@@ -20,6 +20,7 @@ from bench.pool import pool, pool_nodes, repository
 from planner import Artifact, Option, PoolNode, Shape
 from planner.constants import HOST_SHARE, card_budget_gb, fits, gib
 from planner.decide import (
+    NO_NODE_YET,
     NODES_SHOWN,
     Hold,
     JobPlan,
@@ -199,9 +200,10 @@ def ref_plan_job(
     ranked = tuple(ref_options(arts, shape, nodes, context))
     if not ranked:
         why = why_unfit(arts, shape, nodes, context)
-        if not ever_fit and not any(r.holds for r in kept):
+        if not ever_fit and nodes and not any(r.holds for r in kept):
             return JobPlan("failed", None, (), (), dropped, why)
-        gone = Wait("gone", None, (), (), f"no node in the pool can hold it now ({why}); waiting for one")
+        said = f"no node in the pool can hold it now ({why}); waiting for one"
+        gone = Wait("gone", None, (), (), NO_NODE_YET if not nodes and not ever_fit else said)
         plans = tuple(
             ReplicaPlan(r.index, _state_of(r), r.option, r.holds, False, None if r.on_target else gone) for r in kept
         )

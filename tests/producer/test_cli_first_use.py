@@ -20,11 +20,11 @@ def test_submit_from_inside_the_example_names_the_model_after_its_folder(
     redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(MODELS / "llama-3.1-8b-instruct")
-    for files in ("files.json", "./files.json"):
-        args = ["submit", "--redis-url", redis_url, "--files", files, "--config", "config.json", "--job-id", "j"]
+    for job, files in (("j", "files.json"), ("k", "./files.json")):
+        args = ["submit", "--redis-url", redis_url, "--files", files, "--config", "config.json", "--job-id", job]
         assert main(args) == 0, capsys.readouterr().err
-        assert capsys.readouterr().out == "j\n"
-        assert main(["job", "--redis-url", redis_url, "j", "--json"]) == 0
+        assert capsys.readouterr().out == f"{job}\n"
+        assert main(["job", "--redis-url", redis_url, job, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["request"]["model"] == "llama-3.1-8b-instruct"
 
 

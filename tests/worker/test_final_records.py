@@ -24,7 +24,7 @@ def test_a_partly_placed_job_is_not_cancelled_but_released(client: Client) -> No
     assert isinstance(refused.value, WrongState)  # a caller that handles WrongState handles this too
     assert str(refused.value) == (
         "job 'j' is waiting with 2 of 3 replica(s) running: cancel applies only to jobs with none running; "
-        "release it to free them"
+        "use release() to free them"
     )
     assert whole_state(client) == before  # nothing freed, nothing changed
 

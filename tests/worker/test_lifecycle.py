@@ -61,12 +61,6 @@ def test_failed_says_what_was_too_large_for_what(client: Client) -> None:
     assert whole_state(client) == {"index": {"failed": [job]}, "records": {job: "failed"}, "held": {}, "held_nodes": []}
 
 
-def test_failed_on_an_empty_pool(client: Client) -> None:
-    job = client.submit(request())
-    drain(client)
-    assert (client.get(job).state, client.get(job).reason) == (JobState.FAILED, "no node in the pool")
-
-
 def test_waiting_is_placed_by_the_heartbeat_that_frees_its_card_and_nothing_else(client: Client) -> None:
     client.heartbeat(hb("gpu-1", "h100-80g", gpus=1, free=0, seq=1))
     client.heartbeat(hb("cpu-1", "", host=512, seq=1))

@@ -55,8 +55,9 @@ def cancelled(client: Client) -> tuple[str, dict[str, list[str]]]:
 
 
 def failed(client: Client) -> tuple[str, dict[str, list[str]]]:
+    client.heartbeat(hb("cpu-1", "", host=8))
     client.submit(request(), job_id="done")
-    drain(client)  # no node in the pool
+    drain(client)  # no node in the pool can hold it
     assert client.get("done").state is JobState.FAILED
     client.heartbeat(hb("gpu-1", gpus=1))
     plant_hold(client, "gpu-1", "done:0:1")

@@ -15,7 +15,8 @@
 -- KEYS[12] pool:changes       KEYS[13] pending:classes    KEYS[14]  pending:records
 -- KEYS[15..] for each hold to write: node:{id}, held:{id}; then for each hold to clear: held:{id}
 --
--- ARGV[1]  job id                      ARGV[9]   seconds to keep a final record (0: keep)
+-- ARGV[1]  job id                      ARGV[9]   seconds to keep a final record (0: keep; -1: keep
+--                                                 for good a record that was final, retried)
 -- ARGV[2]  version it is made from     ARGV[10]  events MAXLEN     ARGV[11] job events MAXLEN
 -- ARGV[3]  the next record, JSON       ARGV[12]  reason, for the streams
 -- ARGV[4]  the next state              ARGV[13]  holds to write (n)  ARGV[14] holds to clear (m)
@@ -209,5 +210,8 @@ local keep = tonumber(ARGV[9])
 if keep > 0 then
   redis.call('EXPIRE', KEYS[1], keep)
   redis.call('EXPIRE', KEYS[2], keep)
+elseif keep < 0 then
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
 end
 return {'ok', version, wake}
