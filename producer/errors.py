@@ -110,3 +110,14 @@ class NoAnswer(ModelplanError, TimeoutError):
 class RequestRefused(ModelplanError):
     """Raised by a client acting through its own request stream for a refusal of a kind it does not know
     (a newer worker's): the message is the worker's reason."""
+
+
+class NoLocalFolder(ModelplanError, LookupError):
+    """Raised for a ``--repo`` in the form of a Hub id (``org/name``, as a folder's path can be too) that is
+    no local folder, when the Hub cannot give it either: the Hub cannot be asked, or it has no such
+    repository. The message says both, the folder first: a mistyped path reads as a Hub id."""
+
+    def __init__(self, folder: str, hub_error: HubError) -> None:
+        self.folder = folder
+        self.hub_error = hub_error
+        super().__init__(f"no local folder {folder}; as a Hub repository: {hub_error}")

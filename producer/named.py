@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner import InvalidInput, Repository, repository_from_folder, repository_from_listing
+from producer.errors import HubRepoNotFound, HubUnavailable, NoLocalFolder
 from producer.hub import looks_like_repo_id, resolve
 from producer.limits import check_folder, check_index, check_listing, read_bounded
 from worker.keys import Keys
@@ -36,10 +37,20 @@ def load_repository(args: argparse.Namespace, client: Client | None = None) -> R
         # which one was meant cannot be told; taking one quietly would plan a model the person did not name
         raise InvalidInput("arguments", "--repo", "give either --repo or --files with --config, not both")
     if args.repo:
-        if not Path(args.repo).is_dir() and looks_like_repo_id(args.repo):
-            return resolve(
-                args.repo, args.revision, cache=client.redis if client else None, keys=client.keys if client else Keys()
-            )
+        if not Path(args.repo).exists():
+            if not looks_like_repo_id(args.repo):
+                raise InvalidInput("", "--repo", f"no local folder {args.repo}, and not a Hub id (org/name)")
+            try:
+                return resolve(
+                    args.repo,
+                    args.revision,
+                    cache=client.redis if client else None,
+                    keys=client.keys if client else Keys(),
+                )
+            except (HubUnavailable, HubRepoNotFound) as e:
+                if isinstance(e, HubRepoNotFound) and e.problem != "missing":
+                    raise  # the Hub has it: gated, disabled, or no such revision
+                raise NoLocalFolder(args.repo, e) from e
         check_folder(args.repo)
         try:
             return repository_from_folder(args.repo)

@@ -65,3 +65,15 @@ def fresh_quarantine_memory() -> None:
     """Each test's Redis starts empty: what this process remembers having counted of a bad record (by its
     key and bytes, which tests repeat) starts empty too."""
     quarantine.forget()
+
+
+@pytest.fixture(autouse=True)
+def no_redis_server_left_behind() -> Iterator[None]:
+    """A test that makes a ``RedisServer`` cleans it up (its process and its folder in the temp folder):
+    one it leaves is cleaned up here, and the test fails."""
+    before = set(RedisServer.live)
+    yield
+    left = RedisServer.live - before
+    for server in left:
+        server.cleanup()
+    assert not left, f"the test left {len(left)} redis-server folder(s) behind: {sorted(str(s.dir) for s in left)}"

@@ -4,7 +4,9 @@ and ``scripts/demo`` work with the network cut."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,3 +33,34 @@ def test_setup_again_needs_no_network() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
     assert (ROOT / ".venv" / ".modelplan-setup").is_file()
+
+
+def test_the_install_step_prints_nothing_with_the_build_backends_own_warnings(tmp_path: Path) -> None:
+    """``scripts/setup`` installs the project with ``pip install --quiet -e``: the build backend's
+    warnings, which pip prints even then, would land on a first setup's screen. The same install, into a
+    folder of its own from a copy of what the build reads, with the network cut, prints nothing."""
+    setup = (ROOT / "scripts" / "setup").read_text()
+    assert "pip install --quiet --disable-pip-version-check -e '.[test]'" in setup
+    copy = tmp_path / "project"
+    copy.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, copy / name)
+    for folder in ("planner", "worker", "producer", "examples/models"):
+        shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    out = subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-e", "."),
+            # beside this environment's own install, which stays as it is
+            *("--no-deps", "--no-build-isolation", "--ignore-installed", "--prefix", str(tmp_path / "prefix")),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=copy,
+        env={**os.environ, **OFFLINE},
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout + out.stderr == ""
+    # the edits stay live: the installed path is the copy itself
+    [pth] = (tmp_path / "prefix").glob("lib/python*/site-packages/__editable__.modelplan-*.pth")
+    assert pth.read_text().split() == [str(copy.resolve())]

@@ -57,9 +57,12 @@ def test_a_worker_through_a_redis_outage_writes_json_lines_only(tmp_path: Path) 
 
 def test_a_worker_with_no_redis_says_so_in_json_and_never_that_it_started(tmp_path: Path) -> None:
     server = RedisServer()  # a free port with nothing on it
-    worker = WorkerProcess(server.url, tmp_path, "w")
-    assert worker.proc.wait(timeout=30) == 2
-    worker.stop()
+    try:
+        worker = WorkerProcess(server.url, tmp_path, "w")
+        assert worker.proc.wait(timeout=30) == 2
+        worker.stop()
+    finally:
+        server.cleanup()  # its folder
     events = json_lines(worker.log_path)
     assert [e["event"] for e in events] == ["worker_failed"]
 
