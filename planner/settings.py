@@ -14,7 +14,8 @@ A setting left out takes the engine's own default, worked out the way the engine
   ``runner`` ``generate``; ``vllm_version`` the release the estimate was fitted on
   (``planner.vllmrelease.DEFAULT_VLLM_VERSION``, 0.19). Where a release profiles otherwise, the estimate
   follows it (``planner.vllmrelease``): before 0.8 (the V0 engine) ``max_num_seqs`` is 256 on every card
-  and ``max_num_batched_tokens`` the context (at least 2,048; 2,048 past 32K).
+  and ``max_num_batched_tokens`` the context (at least 2,048; 2,048 past 32K). ``flashinfer_sampler`` off:
+  not assumed installed, so 0.8-0.16 count the sampler's sort.
 - llama.cpp (``llama-server``): ``common_params`` (common/common.h) ``n_batch`` 2,048, ``n_ubatch`` 512,
   ``flash_attn_type`` auto (on where the backend supports it: every CUDA card and the CPU), K and V cached
   in f16; ``n_parallel`` auto: 4 slots sharing one unified cache of ``--ctx-size`` tokens
@@ -108,6 +109,10 @@ class VllmSettings(_Strict):
     vllm_version: str | None = Field(default=None, pattern=RELEASE_PATTERN)
     """The vLLM release the engine runs (``0.10``, ``0.19.1``): its profile's rules where they differ
     (``planner.vllmrelease``); default ``DEFAULT_VLLM_VERSION``."""
+    flashinfer_sampler: bool | None = None
+    """FlashInfer samples top-k and top-p (installed, and ``VLLM_USE_FLASHINFER_SAMPLER`` not 0: vLLM logs
+    "Using FlashInfer for top-p & top-k sampling"), so the releases that sort the sampler's logits do not;
+    default: not assumed."""
 
 
 class LlamacppSettings(_Strict):
@@ -198,6 +203,8 @@ class VllmRun:
     """The card's class has no NVLink (``pcie_only``): tensor parallel goes over PCIe."""
     release: Release = DEFAULT_RELEASE
     """The vLLM release, ``(major, minor)``."""
+    flashinfer_sampler: bool = False
+    """FlashInfer samples: no release sorts the sampler's logits."""
 
     @property
     def kv_bytes_per_element(self) -> int:
@@ -243,6 +250,7 @@ def vllm_run(s: VllmSettings, gpu_class: str, card_gb: float, context: int = 0) 
         pooling=s.runner == "pooling",
         pcie=pcie_only(gpu_class),
         release=release,
+        flashinfer_sampler=bool(s.flashinfer_sampler),
     )
 
 

@@ -70,17 +70,20 @@ def vllm_activation(
     max_seqs: int = VLLM_MAX_SEQS,
     pooling: bool = False,
     release: Release = DEFAULT_RELEASE,
+    flashinfer_sampler: bool = False,
     fit: VllmFit = VLLM_FIT,
 ) -> int:
     """vLLM's profiled activation peak on each card: the sampler's logits for ``max_seqs`` sequences over
     the whole vocabulary (gathered on every card, so not divided by tensor parallel, as the profiles show),
-    sorted in the releases that sort them (``planner.vllmrelease.sorts_sampler``), or the forward pass of
+    sorted in the releases that sort them (``planner.vllmrelease.sorts_sampler``) unless FlashInfer samples,
+    or the forward pass of
     ``batched_tokens`` tokens where that is larger, and what both hold. A pooling runner (embeddings) has no
     sampler."""
     vocab = shape.vocab or UNKNOWN_VOCAB
     hidden = shape.hidden or UNKNOWN_HIDDEN
     held = fit.forward_bytes * (2 if shape.float32 else 1) + (fit.moe_forward_bytes if shape.moe else 0)
-    per_entry = fit.sort_sampler_bytes if sorts_sampler(release) else fit.sampler_bytes
+    sorts = sorts_sampler(release) and not flashinfer_sampler
+    per_entry = fit.sort_sampler_bytes if sorts else fit.sampler_bytes
     sampler = 0 if pooling else max_seqs * vocab * per_entry
     peak = max(sampler, batched_tokens * hidden * fit.forward_peak_bytes)
     return peak + batched_tokens * hidden * held
@@ -142,6 +145,7 @@ def vllm_card(
     pooling: bool = False,
     pcie: bool = False,
     release: Release = DEFAULT_RELEASE,
+    flashinfer_sampler: bool = False,
     fit: VllmFit = VLLM_FIT,
 ) -> Need:
     """One card of a vLLM replica holding ``weights`` and ``kv`` bytes (its share of each), started with
@@ -158,7 +162,13 @@ def vllm_card(
         (
             "activation peak",
             vllm_activation(
-                shape, batched_tokens=batched_tokens, max_seqs=max_seqs, pooling=pooling, release=release, fit=fit
+                shape,
+                batched_tokens=batched_tokens,
+                max_seqs=max_seqs,
+                pooling=pooling,
+                release=release,
+                flashinfer_sampler=flashinfer_sampler,
+                fit=fit,
             ),
         ),
         ("CUDA graphs", 0 if enforce_eager else vllm_graphs(shape, tp, pp, max_seqs=max_seqs, fit=fit)),
@@ -200,4 +210,5 @@ def vllm_split(
         pooling=run.pooling,
         pcie=run.pcie,
         release=run.release,
+        flashinfer_sampler=run.flashinfer_sampler,
     )

@@ -23,7 +23,8 @@ The rules, each with its source (vLLM's code or release notes) and the published
   (``tests/planner/engine_profiles/vllm_versions.json``) peaks at 5.64 GiB under 0.15 and 0.16 and at 2.23
   under 0.17 and 0.18, and the 0.19 profiles the estimate was fitted on hold the 15 of
   ``VLLM_SAMPLER_BYTES``. Where FlashInfer is installed (and, from 0.11.1, ``nvcc`` with it: PR 26443)
-  V1 samples with FlashInfer and sorts nothing; a plan cannot tell, and counts the sort.
+  V1 samples with FlashInfer ("Using FlashInfer for top-p & top-k sampling") and sorts nothing: a
+  deployment that knows it says so (``VllmSettings.flashinfer_sampler``); a plan not told counts the sort.
 - CUDA graphs: before 0.21 vLLM captures them after it has sized the KV cache, outside its
   ``--gpu-memory-utilization`` share; from 0.21 it profiles them into the share ("CUDA graph memory
   profiling is enabled (default since v0.21.0)"). A card holds them either way, and the estimate counts

@@ -26,18 +26,11 @@ VLLM_EXCEPTIONS = {
     28: "a graph capture of 2.85 GiB outside the share, against 0.38-0.50 GiB for the same model and release "
     "elsewhere in the file (the repository tunes GPU clocks)",
 }
-FLASHINFER = (
-    "0.10.1.1 on A100s, 0.55-0.86 GiB beside weights and graphs: less than the sort of 256 sequences' logits "
-    "alone, which the release's profile does where FlashInfer is not installed (V1 takes FlashInfer's "
-    "sampler where it is, and then sorts nothing); a plan cannot know which, and counts the sort"
-)
 VLLM_OVER = {
-    0: FLASHINFER,
-    1: FLASHINFER,
-    2: FLASHINFER,
-    3: FLASHINFER + "; and 0.3-1.3 GiB outside PyTorch at TP 2-4, where 0.19's profiles log 2.1-2.2",
-    4: "as row 3",
-    5: "as row 3",
+    3: "TP 2 on A100s that have no GPU P2P between them (row 4's log: custom all-reduce off, 'your platform lacks "
+    "GPU P2P capability'): 0.3 GiB outside PyTorch where linked cards hold 2.1-2.2, which a class label does not "
+    "tell; and this run's log is not stored, so its sampler is not known and the sort is counted",
+    4: "as row 3, but FlashInfer sampled (its log says so)",
     22: "a 2B embedding model on a T4, eager: 0.44 GiB beside its weights, of which the estimate's 0.5 GiB "
     "outside PyTorch for one card is already more",
     11: "CUDA graphs: 0.46 GiB logged for Phi-3-mini, where the first fit's per-layer figure gives 0.9 for "

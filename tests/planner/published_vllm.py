@@ -33,6 +33,11 @@ DEV_BUILD = (
     "a development build: its profile is whatever vLLM's main branch held that day, and the planner's "
     "vllm_version names releases"
 )
+ACROSS_NODES = (
+    "tensor parallel across nodes (its log: custom all-reduce off, 'this process group spans across nodes'), "
+    "a layout the planner never makes: it plans tensor parallel on one node's cards, pipeline parallel "
+    "across nodes"
+)
 UNIFIED = (
     "a GB10 (DGX Spark), whose card has no memory of its own: NVML and nvidia-smi report none for it, so no "
     "node agent can publish it, and the planner counts a card's memory apart from its host's, where here "
@@ -110,6 +115,7 @@ def own_settings(r: dict[str, Any]) -> VllmSettings:
         images_per_prompt=images,
         runner="pooling" if "pooling" in r["notes"] else None,
         vllm_version=version,
+        flashinfer_sampler=True if r.get("sampler") == "flashinfer" else None,
     )
 
 
@@ -119,6 +125,8 @@ def out_of_scope(r: dict[str, Any]) -> str:
         return DEV_BUILD
     if r["card"].startswith("GB10"):
         return UNIFIED
+    if "this process group spans across nodes" in r["excerpt"].replace("\n", ""):
+        return ACROSS_NODES
     return ""
 
 
@@ -164,6 +172,7 @@ def need(r: dict[str, Any], s: VllmSettings, fit: VllmFit = VLLM_FIT) -> Need:
         pooling=run.pooling,
         pcie=run.pcie,
         release=run.release,
+        flashinfer_sampler=run.flashinfer_sampler,
         fit=fit,
     )
     return got

@@ -275,3 +275,12 @@ def test_the_vllm_release_on_the_command_line_sizes_the_options(capsys: pytest.C
     assert older["need_gb"] > plain["need_gb"] + 2.0
     assert main([*base, "--vllm-version", "latest"]) == 2
     assert "arguments: settings.vllm.vllm_version" in capsys.readouterr().err
+
+
+def test_flashinfers_sampler_on_the_command_line_drops_the_sort(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--flashinfer-sampler``: 0.11 samples with FlashInfer and sorts nothing, so it needs what 0.19 does."""
+    base = ["plan", "--pool", POOL, *listing("llama-3.1-8b-instruct"), "--context", "8192", "--json"]
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)[0]
+    assert main([*base, "--vllm-version", "0.11", "--flashinfer-sampler"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["need_gb"] == plain["need_gb"]
