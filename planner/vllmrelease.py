@@ -17,12 +17,13 @@ The rules, each with its source (vLLM's code or release notes) and the published
   PyTorch (vllm/v1/sample/ops/topk_topp_sampler.py, "Falling back to the PyTorch-native implementation of
   top-p & top-k sampling"), which sorts the whole logits tensor (PR 11394): float32 values, int64 indices
   and the sort's own buffers, ``VLLM_SORT_SAMPLER_BYTES`` a (sequence × vocabulary entry) in all. The
-  Triton top-k/top-p kernels (PR 33538) took the place of that fallback. The logs: 0.10.0, 0.10.2 and
+  version sweep below places the end of it at 0.17; the Triton top-k/top-p kernels that became the
+  fallback (PR 33538, merged February 2026) are the likely cause. The logs: 0.10.0, 0.10.2 and
   0.11.2 at 1,024 sequences hold 5.19 GiB of activation for Qwen3's 151,936 entries and 4.39 GiB for
   Llama 3's 128,256, the same 36 bytes an entry; the version sweep of one model with the same settings
   (``tests/planner/engine_profiles/vllm_versions.json``) peaks at 5.64 GiB under 0.15 and 0.16 and at 2.23
   under 0.17 and 0.18, and the 0.19 profiles the estimate was fitted on hold the 15 of
-  ``VLLM_SAMPLER_BYTES``. Where FlashInfer is installed (and, from 0.11.1, ``nvcc`` with it: PR 26443)
+  ``VLLM_SAMPLER_BYTES``. Where FlashInfer is installed (and, after 0.11.0, ``nvcc`` with it: PR 26443)
   V1 samples with FlashInfer ("Using FlashInfer for top-p & top-k sampling") and sorts nothing: a
   deployment that knows it says so (``VllmSettings.flashinfer_sampler``); a plan not told counts the sort.
 - CUDA graphs: before 0.21 vLLM captures them after it has sized the KV cache, outside its
