@@ -145,12 +145,13 @@ VLLM_GRAPHS_MOE = 960 * MIB
 Lite 1.57 GiB on 27, against ~0.7 GiB for a dense model that deep."""
 
 VLLM_TP8 = 8
-VLLM_NON_TORCH_TP8 = 5632 * MIB
+VLLM_NON_TORCH_TP8 = 2560 * MIB
 """Memory outside PyTorch on each card of a group of 8 or more: fitted on the published TP 8 logs
-(tests/planner/engine_logs/vllm_published.json, vLLM 0.10 on 8× H100): Qwen3-32B left 9.2 GiB a card
-beside its weights and KV cache; less the estimate's graphs (1.3 GiB; 1.17 logged) and activations (2.5),
-5.38 GiB is outside PyTorch, against the 2.1-2.2 GiB logged at TP 2 and 4; counted at 5.5 GiB from 8
-cards up, where no profile of the first fit reaches (``tests/planner/published_fit.py``)."""
+(tests/planner/engine_logs/vllm_published.json, vLLM 0.10.0 on 8× H100). Qwen3-32B left 9.2 GiB a card
+beside its weights and KV cache; with that release's sorted sampler counted (5.5 GiB of activation,
+``planner.vllmrelease``) and its logged graphs (1.17), 2.5 GiB is left outside PyTorch, what the TP 2 and
+4 rule gives at 8 cards (``tests/planner/published_fit.py``); counted at that. Fitted without the sort,
+this was 5.38 GiB: the sampler's bytes, read as NCCL's."""
 
 VLLM_NON_TORCH_TP_PCIE = 1280 * MIB
 """Memory outside PyTorch on each card of a tensor-parallel group of cards with no NVLink

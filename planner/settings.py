@@ -11,7 +11,11 @@ A setting left out takes the engine's own default, worked out the way the engine
   its label holds ``a100`` (``a100-80g``, ``A100-SXM4-80g``), as vLLM reads the lower-cased CUDA device
   name. ``gpu_memory_utilization``: the plan's share (``USABLE_FRACTION``); ``kv_cache_dtype`` ``auto``
   (the model's dtype); ``enforce_eager`` off (CUDA graphs captured); images per prompt: the model's own;
-  ``runner`` ``generate``.
+  ``runner`` ``generate``; ``vllm_version`` the release the estimate was fitted on
+  (``planner.vllmrelease.DEFAULT_VLLM_VERSION``, 0.19). Where a release profiles otherwise, the estimate
+  follows it (``planner.vllmrelease``): before 0.8 (the V0 engine) ``max_num_seqs`` is 256 on every card
+  and ``max_num_batched_tokens`` the context (at least 2,048; 2,048 past 32K). ``flashinfer_sampler`` off:
+  not assumed installed, so 0.8-0.16 count the sampler's sort.
 - llama.cpp (``llama-server``): ``common_params`` (common/common.h) ``n_batch`` 2,048, ``n_ubatch`` 512,
   ``flash_attn_type`` auto (on where the backend supports it: every CUDA card and the CPU), K and V cached
   in f16; ``n_parallel`` auto: 4 slots sharing one unified cache of ``--ctx-size`` tokens
@@ -31,6 +35,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from planner.constants import GIB, USABLE_FRACTION
 from planner.errors import InvalidInput
 from planner.pool import invalid_from
+from planner.vllmrelease import (
+    DEFAULT_RELEASE,
+    DEFAULT_VLLM_VERSION,
+    RELEASE_PATTERN,
+    V0_MAX_SEQS,
+    Release,
+    is_v0,
+    release_of,
+    v0_batched_tokens,
+)
 
 VLLM_LARGE_CARD_GIB = 70
 """vLLM's threshold for its larger batch defaults: ``device_memory >= 70 * GiB_bytes``."""
@@ -92,6 +106,13 @@ class VllmSettings(_Strict):
     """``--limit-mm-per-prompt '{"image": N}'``: the images vLLM profiles its encoder with, at most."""
     runner: Literal["generate", "pooling"] | None = None
     """``--runner``: ``pooling`` serves embeddings, with no sampler to profile; default ``generate``."""
+    vllm_version: str | None = Field(default=None, pattern=RELEASE_PATTERN)
+    """The vLLM release the engine runs (``0.10``, ``0.19.1``): its profile's rules where they differ
+    (``planner.vllmrelease``); default ``DEFAULT_VLLM_VERSION``."""
+    flashinfer_sampler: bool | None = None
+    """FlashInfer samples top-k and top-p (installed, and ``VLLM_USE_FLASHINFER_SAMPLER`` not 0: vLLM logs
+    "Using FlashInfer for top-p & top-k sampling"), so the releases that sort the sampler's logits do not;
+    default: not assumed."""
 
 
 class LlamacppSettings(_Strict):
@@ -180,6 +201,10 @@ class VllmRun:
     """``--runner pooling``: no sampler."""
     pcie: bool = False
     """The card's class has no NVLink (``pcie_only``): tensor parallel goes over PCIe."""
+    release: Release = DEFAULT_RELEASE
+    """The vLLM release, ``(major, minor)``."""
+    flashinfer_sampler: bool = False
+    """FlashInfer samples: no release sorts the sampler's logits."""
 
     @property
     def kv_bytes_per_element(self) -> int:
@@ -206,11 +231,15 @@ class VllmRun:
         return tuple(out)
 
 
-def vllm_run(s: VllmSettings, gpu_class: str, card_gb: float) -> VllmRun:
-    """``s`` on a card of class ``gpu_class`` and ``card_gb`` GiB, each setting left out at vLLM's default
-    for that card (the module's docstring gives the rule and its source)."""
+def vllm_run(s: VllmSettings, gpu_class: str, card_gb: float, context: int = 0) -> VllmRun:
+    """``s`` on a card of class ``gpu_class`` and ``card_gb`` GiB, for a ``max_model_len`` of ``context``
+    tokens, each setting left out at vLLM's default for that card and release (the module's docstring
+    gives the rules and their sources)."""
+    release = release_of(s.vllm_version or DEFAULT_VLLM_VERSION)
     large = card_gb * GIB >= VLLM_LARGE_CARD_GIB * GIB and not is_a100(gpu_class)
     tokens, seqs = VLLM_LARGE_DEFAULTS if large else VLLM_SMALL_DEFAULTS
+    if is_v0(release):
+        tokens, seqs = v0_batched_tokens(context), V0_MAX_SEQS
     return VllmRun(
         batched_tokens=s.max_num_batched_tokens if s.max_num_batched_tokens is not None else tokens,
         max_seqs=s.max_num_seqs if s.max_num_seqs is not None else seqs,
@@ -220,6 +249,8 @@ def vllm_run(s: VllmSettings, gpu_class: str, card_gb: float) -> VllmRun:
         images_per_prompt=s.images_per_prompt,
         pooling=s.runner == "pooling",
         pcie=pcie_only(gpu_class),
+        release=release,
+        flashinfer_sampler=bool(s.flashinfer_sampler),
     )
 
 

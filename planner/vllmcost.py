@@ -34,6 +34,7 @@ from planner.constants import (
 )
 from planner.estimate import DEFAULT_ESTIMATE, EngineShape, Estimate, Need, need_of, thin_data
 from planner.settings import VllmRun
+from planner.vllmrelease import DEFAULT_RELEASE, VLLM_SORT_SAMPLER_BYTES, Release, sorts_sampler
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,7 @@ class VllmFit:
     non_torch_tp8: int = VLLM_NON_TORCH_TP8
     non_torch_tp_pcie: int = VLLM_NON_TORCH_TP_PCIE
     vision_bytes: int = VLLM_VISION_BYTES
+    sort_sampler_bytes: int = VLLM_SORT_SAMPLER_BYTES
 
 
 VLLM_FIT = VllmFit()
@@ -67,16 +69,22 @@ def vllm_activation(
     batched_tokens: int = VLLM_BATCHED_TOKENS,
     max_seqs: int = VLLM_MAX_SEQS,
     pooling: bool = False,
+    release: Release = DEFAULT_RELEASE,
+    flashinfer_sampler: bool = False,
     fit: VllmFit = VLLM_FIT,
 ) -> int:
     """vLLM's profiled activation peak on each card: the sampler's logits for ``max_seqs`` sequences over
     the whole vocabulary (gathered on every card, so not divided by tensor parallel, as the profiles show),
-    or the forward pass of ``batched_tokens`` tokens where that is larger, and what both hold. A pooling
-    runner (embeddings) has no sampler."""
+    sorted in the releases that sort them (``planner.vllmrelease.sorts_sampler``) unless FlashInfer samples,
+    or the forward pass of
+    ``batched_tokens`` tokens where that is larger, and what both hold. A pooling runner (embeddings) has no
+    sampler."""
     vocab = shape.vocab or UNKNOWN_VOCAB
     hidden = shape.hidden or UNKNOWN_HIDDEN
     held = fit.forward_bytes * (2 if shape.float32 else 1) + (fit.moe_forward_bytes if shape.moe else 0)
-    sampler = 0 if pooling else max_seqs * vocab * fit.sampler_bytes
+    sorts = sorts_sampler(release) and not flashinfer_sampler
+    per_entry = fit.sort_sampler_bytes if sorts else fit.sampler_bytes
+    sampler = 0 if pooling else max_seqs * vocab * per_entry
     peak = max(sampler, batched_tokens * hidden * fit.forward_peak_bytes)
     return peak + batched_tokens * hidden * held
 
@@ -136,11 +144,13 @@ def vllm_card(
     images: int | None = None,
     pooling: bool = False,
     pcie: bool = False,
+    release: Release = DEFAULT_RELEASE,
+    flashinfer_sampler: bool = False,
     fit: VllmFit = VLLM_FIT,
 ) -> Need:
     """One card of a vLLM replica holding ``weights`` and ``kv`` bytes (its share of each), started with
     ``batched_tokens`` and ``max_seqs`` (the API server's defaults on an H100 unless given), and without
-    CUDA graphs where ``enforce_eager``.
+    CUDA graphs where ``enforce_eager``, profiled as ``release`` profiles (``planner.vllmrelease``).
 
     ``measured`` counts what vLLM holds within its ``--gpu-memory-utilization`` share, CUDA graphs
     included (vLLM profiles them into the share since 0.21): the CUDA context and NCCL's set-up, taken
@@ -151,7 +161,15 @@ def vllm_card(
         ("non-torch", vllm_non_torch(tp, pp, pcie=pcie, fit=fit)),
         (
             "activation peak",
-            vllm_activation(shape, batched_tokens=batched_tokens, max_seqs=max_seqs, pooling=pooling, fit=fit),
+            vllm_activation(
+                shape,
+                batched_tokens=batched_tokens,
+                max_seqs=max_seqs,
+                pooling=pooling,
+                release=release,
+                flashinfer_sampler=flashinfer_sampler,
+                fit=fit,
+            ),
         ),
         ("CUDA graphs", 0 if enforce_eager else vllm_graphs(shape, tp, pp, max_seqs=max_seqs, fit=fit)),
         ("vision encoder", vllm_vision(shape, batched_tokens, images, fit=fit)),
@@ -191,4 +209,6 @@ def vllm_split(
         images=run.images_per_prompt,
         pooling=run.pooling,
         pcie=run.pcie,
+        release=run.release,
+        flashinfer_sampler=run.flashinfer_sampler,
     )

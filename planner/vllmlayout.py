@@ -50,7 +50,7 @@ class VllmLayout:
 
     def run(self, c: Group) -> VllmRun:
         """vLLM's settings on class ``c``: the request's, and vLLM's defaults on that card for the rest."""
-        return vllm_run(self.sizing.settings.vllm, c.gpu_class, c.mem_gb)
+        return vllm_run(self.sizing.settings.vllm, c.gpu_class, c.mem_gb, self.sizing.context)
 
     def per_card_gb(self, tp: int, pp: int, run: VllmRun) -> float:
         return gib(self.need(tp, pp, run).total)

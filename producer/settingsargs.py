@@ -29,6 +29,14 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
     for flag, dest, kind, text in _VLLM:
         g.add_argument(flag, dest=f"vllm_{dest}", type=kind, metavar="N", help=text)
     g.add_argument("--kv-cache-dtype", dest="vllm_kv_cache_dtype", choices=get_args(VllmKvDtype))
+    g.add_argument("--vllm-version", dest="vllm_vllm_version", metavar="X.Y", help="the vLLM release (e.g. 0.10)")
+    g.add_argument(
+        "--flashinfer-sampler",
+        dest="vllm_flashinfer_sampler",
+        action="store_true",
+        default=None,
+        help="FlashInfer samples top-k/top-p (installed; no sort of the logits in 0.8-0.16)",
+    )
     g.add_argument(
         "--enforce-eager", dest="vllm_enforce_eager", action="store_true", default=None, help="no CUDA graphs"
     )

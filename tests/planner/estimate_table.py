@@ -16,6 +16,7 @@ from typing import Any
 from planner.constants import GIB, MIB
 from planner.estimate import ESTIMATES, EngineShape, Estimate, Need, llamacpp_card, llamacpp_host
 from planner.vllmcost import vllm_card
+from planner.vllmrelease import release_of
 
 PROFILES = Path(__file__).parent / "engine_profiles"
 
@@ -82,13 +83,17 @@ def vllm_rows() -> Iterator[Row]:
 
 
 def vllm_release_rows() -> Iterator[Row]:
-    """One model (Qwen3-14B, TP 1) profiled by four vLLM releases: where the estimate holds and where not.
-    These runs kept no CUDA graph figure before 0.18; what they took is the rest."""
+    """One model (Qwen3-14B, TP 1) profiled by four vLLM releases, each estimated at its own release
+    (``planner.vllmrelease``). These runs kept no CUDA graph figure before 0.18; what they took is the
+    rest."""
     for r in load("vllm_versions.json"):
         shape = shape_of(r["model"])
         figures = (r["weights_gib"], r["non_torch_gib"], r["activation_peak_gib"], r["cuda_graph_gib"] or 0.0)
         weights = round(r["weights_gib"] * GIB)
-        needs = {e: vllm_card(weights, 0, shape, tp=r["tp"], pp=r["pp"], estimate=e) for e in ESTIMATES}
+        release = release_of(".".join(r["vllm"].split(".")[:2]))
+        needs = {
+            e: vllm_card(weights, 0, shape, tp=r["tp"], pp=r["pp"], estimate=e, release=release) for e in ESTIMATES
+        }
         yield Row("vllm-release", f"{r['model']} vLLM {r['vllm']}", round(sum(figures) * GIB), needs, r["source"])
 
 

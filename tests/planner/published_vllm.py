@@ -7,7 +7,9 @@ everything else, however the release words it. Before 0.21 the graphs were captu
 sized, outside the share: their printed figure is added (none where it is negative, the capture having
 freed more than it took), as the planner counts them in what a card must hold; where the log prints no
 figure, the estimate's graphs are left out of the comparison too. Each row is estimated at the run's own
-settings and again at the engine's defaults for its card (``planner.settings``).
+settings, its release among them, and again at that release's defaults for its card (``planner.settings``,
+``planner.vllmrelease``). Development builds and the GB10's unified memory are out of scope, with why
+(``out_of_scope``).
 """
 
 from __future__ import annotations
@@ -23,18 +25,24 @@ from planner.constants import GIB
 from planner.estimate import EngineShape, Need
 from planner.settings import VllmSettings, vllm_run
 from planner.vllmcost import VLLM_FIT, VllmFit, vllm_card
+from planner.vllmrelease import GRAPHS_IN_SHARE_FROM, is_v0, v0_batched_tokens
 
 LOGS = Path(__file__).parent / "engine_logs"
 
-V0_MIN_BATCHED_TOKENS = 2048
-"""The V0 scheduler's floor on the tokens of a step, and its chunk where chunked prefill is on."""
-
-V0_CHUNKED_FROM = 32 * 1024
-"""V0 turns chunked prefill on by itself for a ``max_model_len`` past 32K (``_set_default_args_v0``; the
-README of ``engine_logs/`` quotes it)."""
-
-GRAPHS_IN_SHARE_FROM = (0, 21)
-"""vLLM profiles CUDA graphs into its share from 0.21 (before, they were taken after the cache)."""
+DEV_BUILD = (
+    "a development build: its profile is whatever vLLM's main branch held that day, and the planner's "
+    "vllm_version names releases"
+)
+ACROSS_NODES = (
+    "tensor parallel across nodes (its log: custom all-reduce off, 'this process group spans across nodes'), "
+    "a layout the planner never makes: it plans tensor parallel on one node's cards, pipeline parallel "
+    "across nodes"
+)
+UNIFIED = (
+    "a GB10 (DGX Spark), whose card has no memory of its own: NVML and nvidia-smi report none for it, so no "
+    "node agent can publish it, and the planner counts a card's memory apart from its host's, where here "
+    "the system's use of the one pool counts against vLLM's share"
+)
 
 
 @functools.cache
@@ -59,7 +67,7 @@ class Published:
     own: Need
     """At the run's own settings."""
     default: Need
-    """At vLLM's defaults for the card."""
+    """At vLLM's defaults for the card, at the run's release."""
     why_not: str = ""
     """Why a row has no estimate (a figure the log did not print); empty where it has one."""
 
@@ -92,14 +100,13 @@ def card_class(r: dict[str, Any]) -> tuple[str, float]:
 
 def own_settings(r: dict[str, Any]) -> VllmSettings:
     """The run's settings as its log gives them (or the row infers them; a pooling runner where the row's
-    notes say so); the rest at the defaults. The V0
-    engine without chunked prefill profiled a whole ``max_model_len`` of tokens (its scheduler's
-    ``max_num_batched_tokens = max(max_model_len, 2048)``, vLLM 0.6), and a chunk of 2,048 past 32K."""
+    notes say so), its release among them; the rest at the defaults. A run of the V0 engine on a release
+    whose default is V1 (``VLLM_USE_V1=0``) profiles as V0 does, which its release alone does not say:
+    its tokens are V0's (``planner.vllmrelease.v0_batched_tokens``)."""
     tokens = r["max_num_batched_tokens"]
-    if tokens is None and r["engine"] == "V0" and r["max_model_len"]:
-        # past 32k tokens V0 turns chunked prefill on by itself, and profiles a chunk
-        long = r["max_model_len"] > V0_CHUNKED_FROM
-        tokens = V0_MIN_BATCHED_TOKENS if long else max(r["max_model_len"], V0_MIN_BATCHED_TOKENS)
+    version = ".".join(map(str, release(r["vllm"])))
+    if tokens is None and r["engine"] == "V0" and not is_v0(release(r["vllm"])) and r["max_model_len"]:
+        tokens = v0_batched_tokens(r["max_model_len"])
     images = (r.get("limit_mm_per_prompt") or {}).get("image")
     return VllmSettings(
         max_num_batched_tokens=tokens,
@@ -107,7 +114,20 @@ def own_settings(r: dict[str, Any]) -> VllmSettings:
         enforce_eager=r["enforce_eager"],
         images_per_prompt=images,
         runner="pooling" if "pooling" in r["notes"] else None,
+        vllm_version=version,
+        flashinfer_sampler=True if r.get("sampler") == "flashinfer" else None,
     )
+
+
+def out_of_scope(r: dict[str, Any]) -> str:
+    """Why the planner cannot plan this run, or ``""``."""
+    if ".dev" in r["vllm"].split()[0]:
+        return DEV_BUILD
+    if r["card"].startswith("GB10"):
+        return UNIFIED
+    if "this process group spans across nodes" in r["excerpt"].replace("\n", ""):
+        return ACROSS_NODES
+    return ""
 
 
 TORCH_TOTAL_GIB = {"H100 80GB": 79.22, "A100 40GB": 39.38, "A100 80GB": 79.25}
@@ -138,7 +158,7 @@ def took_bytes(r: dict[str, Any]) -> int:
 
 def need(r: dict[str, Any], s: VllmSettings, fit: VllmFit = VLLM_FIT) -> Need:
     gpu_class, gib = card_class(r)
-    run = vllm_run(s, gpu_class, gib)
+    run = vllm_run(s, gpu_class, gib, r["max_model_len"] or 0)
     got = vllm_card(
         round(r["weights_gib"] * GIB),
         0,
@@ -151,6 +171,8 @@ def need(r: dict[str, Any], s: VllmSettings, fit: VllmFit = VLLM_FIT) -> Need:
         images=run.images_per_prompt,
         pooling=run.pooling,
         pcie=run.pcie,
+        release=run.release,
+        flashinfer_sampler=run.flashinfer_sampler,
         fit=fit,
     )
     return got
@@ -163,11 +185,15 @@ def rows(fit: VllmFit = VLLM_FIT) -> Iterator[Published]:
         missing = [f for f in ("weights_gib", "kv_cache_gib", "gpu_memory_utilization") if r[f] is None]
         if r["model"] not in load()["models"]:
             missing.append("the model's shape (no config in the file)")
+        empty = Need(0, 0, 0, ())
         if missing:
-            empty = Need(0, 0, 0, ())
             yield Published(i, label, release(r["vllm"]), 1, empty, empty, f"not printed: {', '.join(missing)}")
+            continue
+        if out_of_scope(r):
+            yield Published(i, label, release(r["vllm"]), 1, empty, empty, f"out of scope: {out_of_scope(r)}")
             continue
         if graphs_unlogged(r):
             label += " (graphs not logged)"
-        own, default = need(r, own_settings(r), fit), need(r, VllmSettings(), fit)
+        s = own_settings(r)
+        own, default = need(r, s, fit), need(r, VllmSettings(vllm_version=s.vllm_version), fit)
         yield Published(i, label, release(r["vllm"]), took_bytes(r), own, default)

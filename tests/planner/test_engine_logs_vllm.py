@@ -37,6 +37,7 @@ FIELDS = frozenset(
         "gpu_memory_utilization",
         "enforce_eager",
         "limit_mm_per_prompt",
+        "sampler",
         "weights_gib",
         "non_torch_gib",
         "activation_peak_gib",
@@ -49,8 +50,14 @@ FIELDS = frozenset(
         "notes",
     )
 )
-REQUIRED = FIELDS - {"limit_mm_per_prompt"}
-"""Every row carries every field (null where the log is silent); the multimodal limit only where it was set."""
+REQUIRED = FIELDS - {"limit_mm_per_prompt", "sampler"}
+"""Every row carries every field (null where the log is silent); the multimodal limit only where it was set,
+and the sampler only where the excerpt quotes the line that names it."""
+SAMPLER_LINES = {
+    "flashinfer": "Using FlashInfer for top-p & top-k sampling",
+    "pytorch": "Falling back to the PyTorch-native implementation of top-p & top-k sampling",
+}
+"""What V1's ``topk_topp_sampler.py`` logs for each ``sampler`` a row may record."""
 SHAPE = ("layers", "hidden", "vocab", "heads", "kv_heads", "head_dim", "experts")
 EXCLUDED_SOURCE = "llm-d-incubation"
 """The logs the current fit was made from: this table must stay independent of them."""
@@ -106,6 +113,13 @@ def test_every_figure_a_row_records_is_printed_in_its_excerpt(row: dict[str, Any
         assert f"{tokens:,}" in row["excerpt"] or str(tokens) in row["excerpt"], f"{tokens} tokens not in the excerpt"
 
 
+@pytest.mark.parametrize("row", [r for r in ROWS if "sampler" in r], ids=_row_id)
+def test_a_recorded_sampler_is_the_one_its_excerpt_names(row: dict[str, Any]) -> None:
+    """Lines wrapped in the file are joined before the search."""
+    assert row["sampler"] in SAMPLER_LINES
+    assert SAMPLER_LINES[row["sampler"]] in row["excerpt"].replace("\n", "")
+
+
 @pytest.mark.parametrize("row", ROWS, ids=_row_id)
 def test_every_row_has_a_memory_figure(row: dict[str, Any]) -> None:
     assert any(row[f] is not None for f in FIGURES), "a row without a single memory figure"
@@ -129,3 +143,4 @@ def test_the_table_is_wide_enough_to_check_an_estimate_against() -> None:
     assert {"V0", "V1"} <= {row["engine"] for row in ROWS}
     assert any(row["kv_cache_dtype"].startswith("fp8") for row in ROWS)
     assert any(row["enforce_eager"] for row in ROWS)
+    assert {row.get("sampler") for row in ROWS} >= {"flashinfer", "pytorch"}

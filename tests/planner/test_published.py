@@ -49,11 +49,17 @@ def test_vllm_is_never_under_but_on_the_named_rows(row: V.Published) -> None:
     assert (row.ratio > WITHIN) == (row.index in VLLM_OVER), f"{row.label}: × {row.ratio:.3f}"
 
 
-def test_vllm_within_ten_percent_on_three_in_four_of_the_rows_it_is_for() -> None:
-    """Short of the 90% aimed at: the rows past 10% are named in ``VLLM_OVER`` with why."""
+def test_vllm_at_each_runs_own_release_is_under_on_one_row_and_within_ten_percent_on_30_of_36() -> None:
+    """Each row at its own settings, its release and sampler among them (``planner.vllmrelease``): one row
+    under (a graph capture no release explains), and 30 of the other 36 within 10% (83%), short of the 90%
+    aimed at: the rows past 10% are named in ``VLLM_OVER`` with why. Development builds, the GB10's unified
+    memory and tensor parallel across nodes are out of scope, listed in the table with why."""
+    assert sum(p.ratio < 1.0 for p in VLLM) == len(VLLM_EXCEPTIONS) == 1
     held = [p for p in VLLM if p.index not in VLLM_EXCEPTIONS]
     within = sum(1.0 <= p.ratio <= WITHIN for p in held)
-    assert within / len(held) >= 0.75, (within, len(held))
+    assert (within, len(held)) == (30, 36)
+    out = [p for p in V.rows() if p.why_not.startswith("out of scope")]
+    assert len(out) == 10 and len(VLLM) + len(out) == 47
 
 
 @pytest.mark.parametrize("row", LLAMACPP, ids=lambda p: f"{p.index}:{p.label}")
@@ -66,6 +72,7 @@ def test_llamacpp_is_never_under_and_within_ten_percent_but_on_the_named_row(row
 def test_the_shipped_constants_cover_the_fit_on_every_row() -> None:
     every = fit_vllm(range(1000))
     assert every.non_torch_tp8 <= VLLM_FIT.non_torch_tp8 < every.non_torch_tp8 * 1.1
+    assert every.sort_sampler_bytes <= VLLM_FIT.sort_sampler_bytes < every.sort_sampler_bytes * 1.1
     assert every.vision_bytes <= VLLM_FIT.vision_bytes
     ll = fit_llamacpp(range(1000))
     assert ll.fa_hidden_bytes <= LLAMACPP_FA_HIDDEN_BYTES and ll.no_fa_hidden_bytes <= LLAMACPP_NO_FA_HIDDEN_BYTES

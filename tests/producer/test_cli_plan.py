@@ -261,3 +261,26 @@ def test_bad_settings_on_the_command_line_name_the_field(capsys: pytest.CaptureF
     args = ["plan", "--pool", POOL, *listing("llama-3-8b-gguf"), "--batch", "256", "--ubatch", "1024"]
     assert main(args) == 2
     assert "arguments: settings.llamacpp.ubatch: 1024 is more than batch 256" in capsys.readouterr().err
+
+
+def test_the_vllm_release_on_the_command_line_sizes_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--vllm-version 0.11``: that release sorts 1,024 sequences' logits in its profile on an H100, more
+    than the default release holds; a version that is not a release is refused naming the field."""
+    base = ["plan", "--pool", POOL, *listing("llama-3.1-8b-instruct"), "--context", "8192", "--json"]
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)[0]
+    assert main([*base, "--vllm-version", "0.11"]) == 0
+    older = json.loads(capsys.readouterr().out)[0]
+    assert older["gpu_class"] == plain["gpu_class"] == "h100-80g"
+    assert older["need_gb"] > plain["need_gb"] + 2.0
+    assert main([*base, "--vllm-version", "latest"]) == 2
+    assert "arguments: settings.vllm.vllm_version" in capsys.readouterr().err
+
+
+def test_flashinfers_sampler_on_the_command_line_drops_the_sort(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--flashinfer-sampler``: 0.11 samples with FlashInfer and sorts nothing, so it needs what 0.19 does."""
+    base = ["plan", "--pool", POOL, *listing("llama-3.1-8b-instruct"), "--context", "8192", "--json"]
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)[0]
+    assert main([*base, "--vllm-version", "0.11", "--flashinfer-sampler"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["need_gb"] == plain["need_gb"]

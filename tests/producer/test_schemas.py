@@ -43,3 +43,11 @@ def test_records_written_through_the_flow_match_and_broken_ones_do_not(redis_url
     with pytest.raises(jsonschema.ValidationError):
         validator("request").validate({**json.loads(request().model_dump_json()), "priority": "high"})
     client.redis.close()
+
+
+def test_the_request_schema_takes_a_vllm_release_and_refuses_what_is_not_one() -> None:
+    req = json.loads(request().model_dump_json())
+    ok = {**req, "settings": {"vllm": {"vllm_version": "0.10.2"}, "llamacpp": {}}}
+    validator("request").validate(ok)
+    with pytest.raises(jsonschema.ValidationError):
+        validator("request").validate({**req, "settings": {"vllm": {"vllm_version": "0.10.x"}, "llamacpp": {}}})

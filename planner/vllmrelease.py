@@ -1,0 +1,103 @@
+"""vLLM's releases where its start-up profile differs, and how the estimate follows each: the release is
+one of vLLM's settings (``planner.settings.VllmSettings.vllm_version``), ``DEFAULT_VLLM_VERSION`` where
+neither a request nor the deployment names one.
+
+The rules, each with its source (vLLM's code or release notes) and the published logs that show it
+(``tests/planner/engine_logs/vllm_published.json``):
+
+- The V0 engine (before 0.8, whose release notes make V1 the default engine): ``max_num_seqs`` 256 on
+  every card, and a profile of ``max(max_model_len, 2048)`` tokens in one step, or a 2,048-token chunk
+  past 32K tokens, where V0 turns chunked prefill on by itself (``EngineArgs._set_default_args_v0`` and
+  ``SchedulerConfig``, vllm/engine/arg_utils.py and vllm/config.py of 0.6-0.7; "Chunked prefill is enabled
+  by default for models with max_model_len > 32K"). From 0.8 the V1 engine's batch defaults by card
+  (``get_batch_defaults``, ``planner.settings``).
+- The sampler's profile from 0.8 to 0.16: V1 profiles the sampler with every dummy request at top-k of the
+  whole vocabulary less one and top-p below 1 (``_dummy_sampler_run``, vllm/v1/worker/gpu_model_runner.py,
+  since vllm-project/vllm PR 13594), and where FlashInfer is not installed V1's top-k/top-p falls back to
+  PyTorch (vllm/v1/sample/ops/topk_topp_sampler.py, "Falling back to the PyTorch-native implementation of
+  top-p & top-k sampling"), which sorts the whole logits tensor (PR 11394): float32 values, int64 indices
+  and the sort's own buffers, ``VLLM_SORT_SAMPLER_BYTES`` a (sequence × vocabulary entry) in all. The
+  version sweep below places the end of it at 0.17; the Triton top-k/top-p kernels that became the
+  fallback (PR 33538, merged February 2026) are the likely cause. The logs: 0.10.0, 0.10.2 and
+  0.11.2 at 1,024 sequences hold 5.19 GiB of activation for Qwen3's 151,936 entries and 4.39 GiB for
+  Llama 3's 128,256, the same 36 bytes an entry; the version sweep of one model with the same settings
+  (``tests/planner/engine_profiles/vllm_versions.json``) peaks at 5.64 GiB under 0.15 and 0.16 and at 2.23
+  under 0.17 and 0.18, and the 0.19 profiles the estimate was fitted on hold the 15 of
+  ``VLLM_SAMPLER_BYTES``. Where FlashInfer is installed (and, after 0.11.0, ``nvcc`` with it: PR 26443)
+  V1 samples with FlashInfer ("Using FlashInfer for top-p & top-k sampling") and sorts nothing: a
+  deployment that knows it says so (``VllmSettings.flashinfer_sampler``); a plan not told counts the sort.
+- CUDA graphs: before 0.21 vLLM captures them after it has sized the KV cache, outside its
+  ``--gpu-memory-utilization`` share; from 0.21 it profiles them into the share ("CUDA graph memory
+  profiling is enabled (default since v0.21.0)"). A card holds them either way, and the estimate counts
+  them in what it needs at every release; the published table reads each log by its release
+  (``tests/planner/published_vllm.py``).
+
+A development build (``0.6.5.dev``, ``0.14.0rc1.dev2+g…``) is none of these: its profile is whatever vLLM's
+main branch held that day, and ``vllm_version`` names releases only.
+"""
+
+from __future__ import annotations
+
+import re
+
+Release = tuple[int, int]
+
+DEFAULT_VLLM_VERSION = "0.19"
+"""The release the estimate's constants were fitted on (``tests/planner/engine_profiles/``, vLLM 0.19.0),
+and what a plan counts with when neither the request nor the deployment names one; later releases profile
+as it does but for where the graphs sit, which moves no byte a card must hold."""
+
+RELEASE_PATTERN = r"^[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,3})?$"
+"""``0.19`` or ``0.19.1``: a release, major and minor (a patch is read and has no rule of its own)."""
+
+V1_FROM: Release = (0, 8)
+"""The first release whose default engine is V1 (vLLM 0.8.0's release notes)."""
+
+SORT_SAMPLER_UNTIL: Release = (0, 17)
+"""The first release that profiles the sampler without PyTorch's full sort (see the module's docstring)."""
+
+GRAPHS_IN_SHARE_FROM: Release = (0, 21)
+"""vLLM profiles CUDA graphs into its share from 0.21."""
+
+VLLM_SORT_SAMPLER_BYTES = 37
+"""Activation bytes per (sequence × vocabulary entry) of the sampler's profile where it sorts the logits
+(0.8-0.16). Fitted: the published logs at 1,024 sequences need 36 beside the other terms (Qwen3 5.19 GiB,
+Llama 3 4.39; ``tests/planner/published_fit.py``); the version sweep of the first fit's profiles
+(``tests/planner/engine_profiles/vllm_versions.json``) logs Qwen3-14B's activation peak at 5.64 GiB under
+0.15 and 0.16 and 2.23 under 0.17 and 0.18, the same settings: 36.8 bytes an entry less what the
+forward pass holds. Counted at 37."""
+
+V0_MIN_BATCHED_TOKENS = 2048
+V0_CHUNKED_FROM = 32 * 1024
+V0_MAX_SEQS = 256
+"""The V0 scheduler's floor on the tokens of a step (and its chunk where chunked prefill is on), the
+context past which it turns chunked prefill on, and its ``max_num_seqs``."""
+
+_RELEASE = re.compile(RELEASE_PATTERN)
+
+
+def release_of(version: str) -> Release:
+    """``(0, 10)`` of ``0.10`` or ``0.10.1``."""
+    if not _RELEASE.fullmatch(version):
+        raise ValueError(f"{version!r} is not a vLLM release such as 0.19 or 0.10.1")
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+DEFAULT_RELEASE = release_of(DEFAULT_VLLM_VERSION)
+
+
+def is_v0(release: Release) -> bool:
+    return release < V1_FROM
+
+
+def sorts_sampler(release: Release) -> bool:
+    """Whether the release's profile sorts the sampler's logits (V1 from 0.8 up to 0.17)."""
+    return V1_FROM <= release < SORT_SAMPLER_UNTIL
+
+
+def v0_batched_tokens(context: int) -> int:
+    """The tokens V0 profiles in one step for a ``max_model_len`` of ``context``."""
+    if context > V0_CHUNKED_FROM:
+        return V0_MIN_BATCHED_TOKENS
+    return max(context, V0_MIN_BATCHED_TOKENS)
