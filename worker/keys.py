@@ -117,9 +117,8 @@ processes to keep those under the prefix as well.
 
 Every key a Lua script touches is handed to it in ``KEYS``, never built inside it from a prefix and an id
 (``worker.calls`` builds each call; ``tests/worker/test_script_keys.py`` reads the scripts for a key made
-by concatenation and runs each with a guard that refuses any key it was not handed). That is what Redis
-Cluster asks of a script, so that it can route the call: a deployment there would next need every key of
-a call in one hash slot, a hash tag on the prefix (``{modelplan}:...``) say. Nothing here does that yet.
+by concatenation and runs each with a guard that refuses any key it was not handed), as Redis Cluster asks
+of a script; a deployment there would next need a call's keys in one hash slot (not done yet).
 """
 
 from __future__ import annotations
@@ -149,10 +148,8 @@ CPU_CLASS = "cpu"
 """The class key of CPU capacity (host memory) in ``pending:for`` and ``wake:classes``."""
 
 ANY_CLASS = "any"
-"""The class a pending job with no option to name a class by waits on in ``pending:for`` (the pool is
-empty, or its hardware left it): capacity freed in any class wakes it (``take_wake.lua``), and counted in
-``pending:classes`` it has every heartbeat that frees something signal a pass (``heartbeat.lua``)."""
-
+"""What a pending job with no option to name a class by (an empty pool; its hardware left) waits on in
+``pending:for``: capacity freed in any class wakes it."""
 
 CLIENT_ID_MAX = 64
 """Client ids are ids of at most this many characters, so that a job an entry of a client's stream names
