@@ -34,6 +34,7 @@ metric                                     type       what
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -175,7 +176,11 @@ def exposition(client: Client) -> str:
 
 
 def serve(client: Client, port: int, addr: str = METRICS_ADDR) -> None:
-    """Serve ``/metrics`` on ``addr:port`` until interrupted (``producer.metrics_server``)."""
-    with MetricsServer(registry(client), addr, port):
+    """Serve ``/metrics`` on ``addr:port`` until interrupted (``producer.metrics_server``), having said on
+    standard error where (the port the system picked, for port 0): standard output stays empty."""
+    with MetricsServer(registry(client), addr, port) as server:
+        host, bound = server.address
+        host = f"[{host}]" if ":" in host else host
+        print(f"serving metrics on http://{host}:{bound}/metrics", file=sys.stderr, flush=True)
         while True:
             time.sleep(3600)
