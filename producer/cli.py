@@ -26,7 +26,7 @@ from planner.settings import merged
 from producer import cliargs
 from producer.client import Client, request_from_repository
 from producer.limits import read_bounded
-from producer.named import load_repository
+from producer.named import flagged, load_repository
 from producer.refusals import refusals
 from producer.render import beat_text, estimates_text, job_text, options_table, settings_text, status_text
 from producer.settingsargs import settings_from_args
@@ -34,7 +34,7 @@ from worker.config import REDIS_URL_ENV, configure_logging, estimate, redact, re
 from worker.config import settings as deployment_settings
 from worker.errors import RedisForbidden, RedisUnavailable, redis_failure
 from worker.logs import get_logger
-from worker.records import JobState, parse_heartbeat
+from worker.records import Heartbeat, JobState, parse_heartbeat
 
 T = TypeVar("T")
 
@@ -44,7 +44,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         pool_text = read_bounded(args.pool, "--pool", "pool_bytes").decode("utf-8")
     except UnicodeDecodeError as e:
         raise InvalidInput(args.pool, "--pool", f"cannot be read: {e}") from e
-    nodes = pool_nodes(parse_pool(pool_text, args.pool))
+    try:
+        nodes = pool_nodes(parse_pool(pool_text, args.pool))
+    except InvalidInput as e:
+        raise flagged(e, {args.pool: "--pool"}) from e
     repo = load_repository(args)
     chosen = estimate(args.estimate)
     settings = merged(settings_from_args(args) or NO_SETTINGS, deployment_settings())
@@ -86,7 +89,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_heartbeat(args: argparse.Namespace) -> int:
-    hb = parse_heartbeat(
+    try:
+        hb = _heartbeat(args)
+    except InvalidInput as e:
+        raise cliargs.as_flags(e) from e
+    print(beat_text(_client(args).publish(hb), hb.node_id))
+    return 0
+
+
+def _heartbeat(args: argparse.Namespace) -> Heartbeat:
+    return parse_heartbeat(
         {
             "node_id": args.node_id,
             "gpu_class": args.gpu_class,
@@ -102,8 +114,6 @@ def cmd_heartbeat(args: argparse.Namespace) -> int:
         },
         "heartbeat",
     )
-    print(beat_text(_client(args).publish(hb), hb.node_id))
-    return 0
 
 
 def default_model(args: argparse.Namespace) -> str:

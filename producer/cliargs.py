@@ -4,10 +4,11 @@ text (``producer.cli`` runs them; docs/CLI.md lists them)."""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 
-from planner import DEFAULT_CONTEXT, ESTIMATES
+from planner import DEFAULT_CONTEXT, ESTIMATES, InvalidInput
 from producer import agent, clients, operator
 from producer.constants import METRICS_ADDR
 from producer.settingsargs import add_settings_args
@@ -78,6 +79,27 @@ def _heartbeat_args(p: argparse.ArgumentParser) -> None:
         metavar="HOLD_ID",
         help="a hold ({job}:{replica}:{version}) whose cards this report already counts as used (repeatable)",
     )
+
+
+HEARTBEAT_FIELDS = (
+    "node_id", "gpu_class", "fabric", "gpu_mem_gb", "gpus", "free_gpus", "host_mem_gb", "host_free_gb", "seq",
+    "boot_id", "started",
+)  # fmt: skip
+"""The fields of a heartbeat ``modelplan heartbeat`` takes, each as the flag of its name."""
+
+_FIELD = re.compile(r"\b(" + "|".join(sorted(HEARTBEAT_FIELDS, key=len, reverse=True)) + r")\b")
+
+
+def as_flags(e: InvalidInput) -> InvalidInput:
+    """A heartbeat refused, said with the flags the person typed (``--free-gpus 3 is more than --gpus 2``)
+    where the record's check names its fields (``free_gpus``); a value given is left as it was."""
+    said, given, rest = e.problem.removesuffix(" (given the record)").partition(" (given ")
+    field = _FIELD.sub(lambda m: "--" + m.group(1).replace("_", "-"), e.field)
+    said = _FIELD.sub(lambda m: "--" + m.group(1).replace("_", "-"), said).removeprefix(field + " ")
+    out = InvalidInput(e.source, field, said + given + rest)
+    if e.field == "(record)":  # a check across fields: the flags are in the sentence
+        out.args = (f"{e.source}: {said}",)
+    return out
 
 
 def _describe(top: argparse.ArgumentParser) -> None:
