@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -141,12 +142,24 @@ def pool_picture(snap: Snapshot) -> str:
         drawn = "".join(CARD_GLYPHS[k] * n for k, n in cards.items()) or "(no cards)"
         if cards.get("unreadable"):
             drawn += f"  ({CARD_GLYPHS['unreadable']} kept taken: a hold here does not parse)"
-        ram_held = sum(h.host_gb for h in snap.held.get(node_id, {}).values() if not h.unreadable)
-        ram = f"RAM {rec.host_free_gb}/{rec.host_mem_gb} GiB free" + (f", {ram_held:.1f} reserved" if ram_held else "")
+        ram = ram_text(snap, node_id)
         what = f"{rec.gpus} × {rec.gpu_class}" if rec.gpu_class else "CPU node"
         fabric = f" on {rec.fabric}" if rec.fabric else ""
         rows.append((node_id, what + fabric, drawn, ram))
     return _table(rows) + "\n" + legend
+
+
+def ram_text(snap: Snapshot, node_id: str) -> str:
+    """A node's RAM as the numbers are: what its last heartbeat reported unused, then what of that modelplan
+    has reserved for replicas the node has not reported started (a plan counts it as taken), and what its
+    started replicas hold (part of what the heartbeat counted as used)."""
+    rec = snap.records[node_id]
+    holds = {hid: h for hid, h in snap.held.get(node_id, {}).items() if not h.unreadable}
+    waiting = sum(h.host_gb for hid, h in holds.items() if hid not in rec.started)
+    running = sum(h.host_gb for hid, h in holds.items() if hid in rec.started)
+    text = f"RAM {rec.host_free_gb} of {rec.host_mem_gb} GiB unused at the last heartbeat"
+    text += f", {waiting:.1f} GiB of it reserved for replicas not yet started" if waiting else ""
+    return text + (f"; {running:.1f} GiB used by started replicas" if running else "")
 
 
 def job_row(rec: JobRecord) -> list[str]:
@@ -164,7 +177,10 @@ def job_row(rec: JobRecord) -> list[str]:
             parts.append(f"waits for {rec.option.label}" + (f" [{rep.wait.kind}]" if rep.wait else ""))
     if not rec.replicas and rec.reason:
         parts.append(rec.reason if len(rec.reason) <= 100 else rec.reason[:97] + "...")
-    return [parts[0], parts[1], parts[2], "; ".join(parts[3:])]
+    # replicas alike are said once, with how many: "3 replicas: runs original on 1 × h100-80g at gpu-1"
+    alike = Counter(parts[3:])
+    said = [f"{n} replicas: {where}" if n > 1 else where for where, n in alike.items()]
+    return [parts[0], parts[1], parts[2], "; ".join(said)]
 
 
 def conflict_line(c: ConflictRecord) -> str:
@@ -195,7 +211,7 @@ def status_text(
     """The pool drawn as cards, then each node id two agents publish under and each kind of write the
     server's ACL refused a login, then the jobs at a glance and the engine settings each job's best option
     was sized for, then one line for each stored record that does not parse."""
-    out = [f"{len(snap.records)} node(s) in the pool", pool_picture(snap)]
+    out = [f"{len(snap.records)} node(s) in the pool", pool_picture(snap)] if snap.records else [pool_picture(snap)]
     out += [conflict_line(c) for c in conflicts]
     out += [f.line() for f in refused]
     out.append("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if any(counts.values()) else "no jobs")

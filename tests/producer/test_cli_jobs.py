@@ -87,7 +87,14 @@ def test_the_whole_flow_from_the_command_line(redis_url: str, capsys: pytest.Cap
     status = capsys.readouterr().out.splitlines()
     assert status[0] == "1 node(s) in the pool"
     # the agent shows the card free (it has not started the job): drawn as reserved, not free
-    assert status[1].split() == ["gpu-1", "1", "×", "h100-80g", "█", "RAM", "200/256", "GiB", "free"]
+    assert status[1].split() == [
+        "gpu-1",
+        "1",
+        "×",
+        "h100-80g",
+        "█",
+        *"RAM 200 of 256 GiB unused at the last heartbeat".split(),
+    ]
     assert status[2] == "█ reserved  ▓ held  ▒ busy  ░ free"
     assert "jobs: 1 placed" in status
     assert status[4].split()[:3] == ["job-1", "placed", "meta-llama/Llama-3.1-8B-Instruct"]
@@ -108,7 +115,7 @@ def test_bad_heartbeat_flags_exit_2(redis_url: str, capsys: pytest.CaptureFixtur
         )
         == 2
     )
-    assert "node_id: only letters, digits" in capsys.readouterr().err
+    assert "--node-id: only letters, digits" in capsys.readouterr().err
 
 
 def test_an_unreachable_redis_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
