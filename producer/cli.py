@@ -157,9 +157,18 @@ def _reading(fn: Callable[[], T]) -> T:
 
 
 def cmd_job(args: argparse.Namespace) -> int:
-    rec = _reading(lambda: _client(args).get(args.job_id))
-    print(rec.to_stored() if args.json else job_text(rec))
+    client = _client(args)
+    rec = _reading(lambda: client.get(args.job_id))
+    print(rec.to_stored() if args.json else job_text(rec, _workers(client)))
     return 0
+
+
+def _workers(client: Client) -> int | None:
+    """How many workers are running; None where this login may not read it (``job`` as an older client)."""
+    try:
+        return client.workers_alive()
+    except RedisForbidden:
+        return None
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -192,7 +201,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         live = [r for s in states for r in client.jobs(s)]
         client.check_indexes()
         refused = refusals(client.redis, client.keys) or []
-        return status_text(client.pool(), client.counts(), live, client.quarantined(), client.conflicts(), refused)
+        found = client.quarantined(), client.conflicts(), refused
+        return status_text(client.pool(), client.counts(), live, *found, workers=client.workers_alive())
 
     print(_reading(read))
     return 0

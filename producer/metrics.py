@@ -16,6 +16,8 @@ metric                                     type       what
                                                       modelplan), free, unreadable (kept taken)
 ``modelplan_nodes{gpu_class}``             gauge      live nodes by class (``cpu``: no cards)
 ``modelplan_queue_depth``                  gauge      planning jobs on the queue
+``modelplan_workers_alive``                gauge      workers running now (``worker.alive``); 0: no
+                                                      queued job will be planned
 ``modelplan_requests_pending``             gauge      request-stream entries not yet answered
 ``modelplan_heartbeat_age_seconds{node}``  gauge      since each live node's last heartbeat
 ``modelplan_quarantined_records``          gauge      stored records that do not parse
@@ -121,6 +123,9 @@ class PoolCollector(Collector):
         yield from (cards, nodes, age)
 
         yield GaugeMetricFamily(f"{NAMESPACE}_queue_depth", "Planning jobs on the queue", value=c.store.queue.count)
+        yield GaugeMetricFamily(
+            f"{NAMESPACE}_workers_alive", "Workers running now (0: queued jobs wait)", value=c.workers_alive()
+        )
         yield GaugeMetricFamily(
             f"{NAMESPACE}_requests_pending", "Request-stream entries not yet answered", value=c.redis.xlen(k.requests)
         )

@@ -11,7 +11,7 @@ from producer.refusals import Refusal
 from worker.beats import Beat
 from worker.conflicts import ConflictRecord
 from worker.pool import Snapshot
-from worker.records import JobRecord
+from worker.records import JobRecord, JobState
 
 _HEADERS = ("#", "artifact", "bits", "engine", "where", "need / have GiB", "hosts", "now")
 
@@ -74,10 +74,24 @@ def estimates_text(by_estimate: Mapping[Estimate, Sequence[Option]], chosen: Est
     return text
 
 
-def job_text(rec: JobRecord) -> str:
-    """A job's record as a few lines: state and why, the best option, then each replica with its nodes."""
+NO_WORKER = "no worker is running: start one with `modelplan worker`"
+"""Said where no worker is alive (``worker.alive``): a queued job is taken by none until one starts."""
+
+NEEDS_A_WORKER = frozenset({JobState.QUEUED, JobState.PLANNING, JobState.WAITING})
+"""The states a job leaves only through a worker: planned, or woken when capacity frees."""
+
+
+def workers_text(workers: int) -> str:
+    """How many workers are running, or that none is and how to start one."""
+    return f"{workers} worker{'s' if workers != 1 else ''} alive" if workers else NO_WORKER
+
+
+def job_text(rec: JobRecord, workers: int | None = None) -> str:
+    """A job's record as a few lines: state and why (and that no worker is running to move it on, where
+    ``workers`` is 0), the best option, then each replica with its nodes."""
+    stuck = f"; {NO_WORKER}" if workers == 0 and rec.state in NEEDS_A_WORKER else ""
     lines = [
-        f"job {rec.job_id}: {rec.state.value} ({rec.summary})",
+        f"job {rec.job_id}: {rec.state.value} ({rec.summary}){stuck}",
         f"  model:   {rec.request.model} (context {rec.request.context})",
     ]
     if rec.option is not None:
@@ -207,11 +221,14 @@ def status_text(
     quarantined: Mapping[str, Mapping[str, Any]] | None = None,
     conflicts: Sequence[ConflictRecord] = (),
     refused: Sequence[Refusal] = (),
+    workers: int | None = None,
 ) -> str:
     """The pool drawn as cards, then each node id two agents publish under and each kind of write the
     server's ACL refused a login, then the jobs at a glance and the engine settings each job's best option
-    was sized for, then one line for each stored record that does not parse."""
+    was sized for, then one line for each stored record that does not parse. ``workers``: how many workers
+    are running, said below the pool."""
     out = [f"{len(snap.records)} node(s) in the pool", pool_picture(snap)] if snap.records else [pool_picture(snap)]
+    out += [workers_text(workers)] if workers is not None else []
     out += [conflict_line(c) for c in conflicts]
     out += [f.line() for f in refused]
     out.append("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if any(counts.values()) else "no jobs")

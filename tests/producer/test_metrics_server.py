@@ -217,15 +217,13 @@ def test_the_exporter_says_where_it_serves(
 ) -> None:
     """``modelplan metrics --port`` says on one line, on standard error, the URL it serves (port 0: the one
     the system picked), and prints nothing on standard output."""
-    from producer import metrics
-
     seen: list[str] = []
 
     def stop(_: float) -> None:
         seen.append(capsys.readouterr().err)
         raise _Stopped
 
-    monkeypatch.setattr(metrics.time, "sleep", stop)
+    monkeypatch.setattr(time, "sleep", stop)  # the exporter's wait, once it has said where it serves
     with pytest.raises(_Stopped):
         main(["metrics", "--redis-url", redis_url, "--port", "0"])
     lines = seen[0].splitlines()

@@ -43,8 +43,6 @@ def test_a_nodes_ram_says_what_each_figure_is(redis_url: str, capsys: pytest.Cap
     assert reserved > 0
     [row] = [line for line in status(redis_url, capsys) if line.startswith("cpu-1 ")]
     ram = row[row.index("RAM") :]
-    assert (
-        ram
-        == f"RAM 120 of 128 GiB unused at the last heartbeat, {reserved:.1f} GiB of it reserved for replicas not yet started"
-    ), row
+    said = f"RAM 120 of 128 GiB unused at the last heartbeat, {reserved:.1f} GiB of it reserved for replicas"
+    assert ram == said + " not yet started", row
     client.redis.close()
