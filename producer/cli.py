@@ -159,7 +159,7 @@ def _reading(fn: Callable[[], T]) -> T:
 def cmd_job(args: argparse.Namespace) -> int:
     client = _client(args)
     rec = _reading(lambda: client.get(args.job_id))
-    print(rec.to_stored() if args.json else job_text(rec, _workers(client)))
+    print(rec.to_stored() if args.json else job_text(rec, _reading(lambda: _workers(client))))
     return 0
 
 
