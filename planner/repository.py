@@ -247,6 +247,7 @@ def repository_from_listing(
     source: str = "files",
     headers: Any = None,
     weights: WeightsReading | None = None,
+    config_source: str = "config.json",
 ) -> Repository:
     """A repository from a listing's JSON data, its ``config.json`` data and, where there is one, its
     ``model.safetensors.index.json`` data (which tells the parameter count of 16-bit weights), ModelOpt's
@@ -255,13 +256,14 @@ def repository_from_listing(
 
     The original's safetensors ``headers`` (any shape ``planner.weights.read_weights`` takes), or what was
     read of them (``weights``), make the parameter count exact and correct the config's KV cache
-    arithmetic where they disagree (``planner.weighing``)."""
+    arithmetic where they disagree (``planner.weighing``). ``source`` and ``config_source`` name the listing
+    and the config in messages."""
     if adapter is None and isinstance(config, Mapping) and "peft_type" in config:
         adapter = config  # an adapter_config.json given as the config
     artifacts = artifacts_from_listing(parse_listing(files, source), source, base_model=_base_model(adapter))
     if weights is None and headers is not None and isinstance(config, Mapping):
         weights = read_weights(headers, quant=original_quant(config, hf_quant), source=f"{source} headers")
-    shape, notes = shape_of(config, index, hf_quant, _original_bytes(artifacts), weights, "config.json")
+    shape, notes = shape_of(config, index, hf_quant, _original_bytes(artifacts), weights, config_source)
     return Repository(_as_loaded(artifacts, config, hf_quant, shape.params, weights), shape, notes)
 
 

@@ -21,7 +21,7 @@ import redis
 from producer.ownstream import OwnStream
 from producer.relayed import Relayed, Stored
 from producer.serve import request_from_folder, request_from_listing, request_from_repository
-from worker import conflicts, owners, quarantine
+from worker import alive, conflicts, owners, quarantine
 from worker import constants as C
 from worker.beats import Beat
 from worker.config import client_id as default_client_id
@@ -332,3 +332,7 @@ class Client:
     def quarantined(self) -> dict[str, dict[str, Any]]:
         """The stored records that do not parse, by key: what is wrong with each and what was done."""
         return self._call(lambda: quarantine.entries(self.redis, self.keys))
+
+    def workers_alive(self) -> int:
+        """How many workers are running now (``worker.alive``): none, and queued jobs wait for one."""
+        return len(self._call(lambda: alive.alive(self.redis, self.keys)))

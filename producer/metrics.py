@@ -16,6 +16,8 @@ metric                                     type       what
                                                       modelplan), free, unreadable (kept taken)
 ``modelplan_nodes{gpu_class}``             gauge      live nodes by class (``cpu``: no cards)
 ``modelplan_queue_depth``                  gauge      planning jobs on the queue
+``modelplan_workers_alive``                gauge      workers running now (``worker.alive``); 0: no
+                                                      queued job will be planned
 ``modelplan_requests_pending``             gauge      request-stream entries not yet answered
 ``modelplan_heartbeat_age_seconds{node}``  gauge      since each live node's last heartbeat
 ``modelplan_quarantined_records``          gauge      stored records that do not parse
@@ -34,6 +36,7 @@ metric                                     type       what
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -121,6 +124,9 @@ class PoolCollector(Collector):
 
         yield GaugeMetricFamily(f"{NAMESPACE}_queue_depth", "Planning jobs on the queue", value=c.store.queue.count)
         yield GaugeMetricFamily(
+            f"{NAMESPACE}_workers_alive", "Workers running now (0: queued jobs wait)", value=c.workers_alive()
+        )
+        yield GaugeMetricFamily(
             f"{NAMESPACE}_requests_pending", "Request-stream entries not yet answered", value=c.redis.xlen(k.requests)
         )
         yield GaugeMetricFamily(
@@ -175,7 +181,11 @@ def exposition(client: Client) -> str:
 
 
 def serve(client: Client, port: int, addr: str = METRICS_ADDR) -> None:
-    """Serve ``/metrics`` on ``addr:port`` until interrupted (``producer.metrics_server``)."""
-    with MetricsServer(registry(client), addr, port):
+    """Serve ``/metrics`` on ``addr:port`` until interrupted (``producer.metrics_server``), having said on
+    standard error where (the port the system picked, for port 0): standard output stays empty."""
+    with MetricsServer(registry(client), addr, port) as server:
+        host, bound = server.address
+        host = f"[{host}]" if ":" in host else host
+        print(f"serving metrics on http://{host}:{bound}/metrics", file=sys.stderr, flush=True)
         while True:
             time.sleep(3600)

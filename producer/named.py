@@ -30,6 +30,24 @@ def read_json(path: str, what: str, bound: str) -> Any:
         raise InvalidInput(path, what, f"not JSON: {e}") from e
 
 
+def flagged(e: InvalidInput, given: dict[str, str]) -> InvalidInput:
+    """``e`` said with the flag of the file it is about (``given``: path as given -> flag, the first that
+    matches): ``PATH: --flag: problem`` for the file as a whole, ``PATH[3] (--flag): field: problem`` for
+    something in it; ``e`` itself when it is about none of them."""
+    for path, flag in given.items():
+        if path and (e.source == path or e.source.startswith((path + "[", path + " ", path.rstrip("/") + "/"))):
+            if e.field == "(file)":
+                return InvalidInput(e.source, flag, e.problem)
+            return InvalidInput(f"{e.source} ({flag})", e.field, e.problem)
+    return e
+
+
+def _of_kind(data: Any, kind: type, path: str, flag: str, what: str) -> Any:
+    if not isinstance(data, kind):
+        raise InvalidInput(path, flag, f"expected {what}, got {type(data).__name__}")
+    return data
+
+
 def load_repository(args: argparse.Namespace, client: Client | None = None) -> Repository:
     """The repository a command names: a local folder, a Hub repository (``org/name``, cached in Redis
     when the command has a client), or a listing with its config."""
@@ -51,13 +69,13 @@ def load_repository(args: argparse.Namespace, client: Client | None = None) -> R
                 if isinstance(e, HubRepoNotFound) and e.problem != "missing":
                     raise  # the Hub has it: gated, disabled, or no such revision
                 raise NoLocalFolder(args.repo, e) from e
-        check_folder(args.repo)
         try:
+            check_folder(args.repo)
             return repository_from_folder(args.repo)
         except InvalidInput as e:
             listing = Path(args.repo) / "files.json"
             if not (e.problem.startswith("no weights") and listing.is_file()):
-                raise
+                raise flagged(e, {args.repo: "--repo"}) from e
             raise InvalidInput(
                 args.repo,
                 "--repo",
@@ -68,8 +86,20 @@ def load_repository(args: argparse.Namespace, client: Client | None = None) -> R
     index = read_json(args.index, "--index", "index_bytes") if args.index else None
     quant = read_json(args.quant_config, "--quant-config", "config_bytes") if args.quant_config else None
     headers = read_json(args.headers, "--headers", "headers_bytes") if args.headers else None
-    files = read_json(args.files, "--files", "listing_bytes")
-    check_listing(files, args.files)
-    check_index(index, args.index or "")
-    config = read_json(args.config, "--config", "config_bytes")
-    return repository_from_listing(files, config, index, hf_quant=quant, source=args.files, headers=headers)
+    files = _of_kind(read_json(args.files, "--files", "listing_bytes"), list, args.files, "--files", LISTING)
+    config = _of_kind(
+        read_json(args.config, "--config", "config_bytes"), dict, args.config, "--config", "a JSON object"
+    )
+    given = {f"{args.files} headers": "--headers", args.files: "--files", args.config: "--config"}
+    given |= {args.index: "--index"} if args.index else {}
+    try:
+        check_listing(files, args.files)
+        check_index(index, args.index or "")
+        return repository_from_listing(
+            files, config, index, hf_quant=quant, source=args.files, headers=headers, config_source=args.config
+        )
+    except InvalidInput as e:
+        raise flagged(e, given) from e
+
+
+LISTING = "a JSON list of {path, size}"

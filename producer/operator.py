@@ -76,7 +76,7 @@ def add_arguments(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_setup_redis)
 
     p = sub.add_parser("acl", parents=parents, help="operator: the ACL user of a role (printed, or set with --apply)")
-    p.add_argument("role", choices=roles.ROLES)
+    p.add_argument("role", choices=roles.ROLES, help="whose rule: " + ", ".join(roles.ROLES))
     p.add_argument("name", nargs="?", help="agent: the node id; relay: its name; client: the client id")
     p.add_argument("--nodes", help="relay: the nodes it speaks for: a node id, or an id's beginning and *")
     p.add_argument("--password", help="the user's password (default: a new random one, in the printed rule)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,7 +11,7 @@ from producer.refusals import Refusal
 from worker.beats import Beat
 from worker.conflicts import ConflictRecord
 from worker.pool import Snapshot
-from worker.records import JobRecord
+from worker.records import JobRecord, JobState
 
 _HEADERS = ("#", "artifact", "bits", "engine", "where", "need / have GiB", "hosts", "now")
 
@@ -73,10 +74,24 @@ def estimates_text(by_estimate: Mapping[Estimate, Sequence[Option]], chosen: Est
     return text
 
 
-def job_text(rec: JobRecord) -> str:
-    """A job's record as a few lines: state and why, the best option, then each replica with its nodes."""
+NO_WORKER = "no worker is running: start one with `modelplan worker`"
+"""Said where no worker is alive (``worker.alive``): a queued job is taken by none until one starts."""
+
+NEEDS_A_WORKER = frozenset({JobState.QUEUED, JobState.PLANNING, JobState.WAITING})
+"""The states a job leaves only through a worker: planned, or woken when capacity frees."""
+
+
+def workers_text(workers: int) -> str:
+    """How many workers are running, or that none is and how to start one."""
+    return f"{workers} worker{'s' if workers != 1 else ''} alive" if workers else NO_WORKER
+
+
+def job_text(rec: JobRecord, workers: int | None = None) -> str:
+    """A job's record as a few lines: state and why (and that no worker is running to move it on, where
+    ``workers`` is 0), the best option, then each replica with its nodes."""
+    stuck = f"; {NO_WORKER}" if workers == 0 and rec.state in NEEDS_A_WORKER else ""
     lines = [
-        f"job {rec.job_id}: {rec.state.value} ({rec.summary})",
+        f"job {rec.job_id}: {rec.state.value} ({rec.summary}){stuck}",
         f"  model:   {rec.request.model} (context {rec.request.context})",
     ]
     if rec.option is not None:
@@ -141,12 +156,24 @@ def pool_picture(snap: Snapshot) -> str:
         drawn = "".join(CARD_GLYPHS[k] * n for k, n in cards.items()) or "(no cards)"
         if cards.get("unreadable"):
             drawn += f"  ({CARD_GLYPHS['unreadable']} kept taken: a hold here does not parse)"
-        ram_held = sum(h.host_gb for h in snap.held.get(node_id, {}).values() if not h.unreadable)
-        ram = f"RAM {rec.host_free_gb}/{rec.host_mem_gb} GiB free" + (f", {ram_held:.1f} reserved" if ram_held else "")
+        ram = ram_text(snap, node_id)
         what = f"{rec.gpus} × {rec.gpu_class}" if rec.gpu_class else "CPU node"
         fabric = f" on {rec.fabric}" if rec.fabric else ""
         rows.append((node_id, what + fabric, drawn, ram))
     return _table(rows) + "\n" + legend
+
+
+def ram_text(snap: Snapshot, node_id: str) -> str:
+    """A node's RAM as the numbers are: what its last heartbeat reported unused, then what of that modelplan
+    has reserved for replicas the node has not reported started (a plan counts it as taken), and what its
+    started replicas hold (part of what the heartbeat counted as used)."""
+    rec = snap.records[node_id]
+    holds = {hid: h for hid, h in snap.held.get(node_id, {}).items() if not h.unreadable}
+    waiting = sum(h.host_gb for hid, h in holds.items() if hid not in rec.started)
+    running = sum(h.host_gb for hid, h in holds.items() if hid in rec.started)
+    text = f"RAM {rec.host_free_gb} of {rec.host_mem_gb} GiB unused at the last heartbeat"
+    text += f", {waiting:.1f} GiB of it reserved for replicas not yet started" if waiting else ""
+    return text + (f"; {running:.1f} GiB used by started replicas" if running else "")
 
 
 def job_row(rec: JobRecord) -> list[str]:
@@ -164,7 +191,10 @@ def job_row(rec: JobRecord) -> list[str]:
             parts.append(f"waits for {rec.option.label}" + (f" [{rep.wait.kind}]" if rep.wait else ""))
     if not rec.replicas and rec.reason:
         parts.append(rec.reason if len(rec.reason) <= 100 else rec.reason[:97] + "...")
-    return [parts[0], parts[1], parts[2], "; ".join(parts[3:])]
+    # replicas alike are said once, with how many: "3 replicas: runs original on 1 × h100-80g at gpu-1"
+    alike = Counter(parts[3:])
+    said = [f"{n} replicas: {where}" if n > 1 else where for where, n in alike.items()]
+    return [parts[0], parts[1], parts[2], "; ".join(said)]
 
 
 def conflict_line(c: ConflictRecord) -> str:
@@ -200,11 +230,14 @@ def status_text(
     quarantined: Mapping[str, Mapping[str, Any]] | None = None,
     conflicts: Sequence[ConflictRecord] = (),
     refused: Sequence[Refusal] = (),
+    workers: int | None = None,
 ) -> str:
     """The pool drawn as cards, then each node id two agents publish under and each kind of write the
     server's ACL refused a login, then the jobs at a glance and the engine settings each job's best option
-    was sized for, then one line for each stored record that does not parse."""
-    out = [f"{len(snap.records)} node(s) in the pool", pool_picture(snap)]
+    was sized for, then one line for each stored record that does not parse. ``workers``: how many workers
+    are running, said below the pool."""
+    out = [f"{len(snap.records)} node(s) in the pool", pool_picture(snap)] if snap.records else [pool_picture(snap)]
+    out += [workers_text(workers)] if workers is not None else []
     out += [conflict_line(c) for c in conflicts]
     out += [f.line() for f in refused]
     out.append("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if any(counts.values()) else "no jobs")

@@ -9,7 +9,7 @@ agent      one node: its record, its boots and conflict, read its holds and the 
            shared hints a heartbeat writes (``nodes``, ``epoch``, ``wake:*``, ``pool:changes``,
            ``conflicts``, ``stats``); FCALL; no EVAL, no SCRIPT
 relay      as an agent, for every node whose id matches its pattern (``rack7-*``)
-client     append to its own request stream, read its replies, read job records; nothing else
+client     append to its own request stream, read its replies, job records and which workers run
 =========  =====================================================================================
 
 An agent's heartbeat is written by the heartbeat function, which Redis runs with the caller's rights: the
@@ -52,10 +52,10 @@ AGENT_COMMANDS = (
 """What an agent's heartbeat function runs (as the agent), and what the agent reads: its node's holds and
 the records of the jobs placed there."""
 
-CLIENT_COMMANDS = ("ping", "get", "xadd", "xread", "xrange", "xrevrange")
+CLIENT_COMMANDS = ("ping", "get", "mget", "smembers", "xadd", "xread", "xrange", "xrevrange")
 """What a client's user runs: XADD its entries, XREAD and XREVRANGE its replies, GET a job's record and
-XREAD, XRANGE or XREVRANGE its stream (``Client.get``, ``Client.watch``), PING (a connection's health
-check)."""
+XREAD, XRANGE or XREVRANGE its stream (``Client.get``, ``Client.watch``), SMEMBERS and MGET the workers'
+registrations (``Client.workers_alive``), PING (a connection's health check)."""
 
 OPERATOR_EXTRA = (
     "function|load", "function|delete", "function|list", "sunionstore", "acl|setuser", "acl|log", "acl|list",
@@ -143,9 +143,11 @@ def relay_rule(keys: Keys, name: str, nodes: str, password: str) -> str:
 
 def client_rule(keys: Keys, client_id: str, password: str) -> str:
     """A client's login: of modelplan's keys it may write only its own ``client:{id}:*`` (its request
-    stream, and its replies, which it reads), and read job records and their streams."""
+    stream, and its replies, which it reads), and read job records and their streams, and which workers
+    run (``workers``, ``worker:*``)."""
     user = user_name(keys, "client", client_id)
-    return _rule(user, password, CLIENT_COMMANDS, [f"~{keys.client_pattern(client_id)}", f"%R~{keys.job_pattern}"])
+    reads = [keys.job_pattern, keys.workers, keys.worker_pattern]
+    return _rule(user, password, CLIENT_COMMANDS, [f"~{keys.client_pattern(client_id)}", *(f"%R~{p}" for p in reads)])
 
 
 def operator_rule(keys: Keys, password: str, rq_prefix: str = "") -> str:

@@ -28,7 +28,9 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("vLLM settings (default: the deployment's, else vLLM's for the card)")
     for flag, dest, kind, text in _VLLM:
         g.add_argument(flag, dest=f"vllm_{dest}", type=kind, metavar="N", help=text)
-    g.add_argument("--kv-cache-dtype", dest="vllm_kv_cache_dtype", choices=get_args(VllmKvDtype))
+    g.add_argument(
+        "--kv-cache-dtype", dest="vllm_kv_cache_dtype", choices=get_args(VllmKvDtype), help="the KV cache's data type"
+    )
     g.add_argument("--vllm-version", dest="vllm_vllm_version", metavar="X.Y", help="the vLLM release (e.g. 0.10)")
     g.add_argument(
         "--flashinfer-sampler",

@@ -316,7 +316,8 @@ def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
+            # text as written ("1 × h100-80g"), not escaped to ASCII
+            structlog.processors.JSONRenderer(ensure_ascii=False),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
         logger_factory=structlog.PrintLoggerFactory(stream or sys.stdout),

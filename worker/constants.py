@@ -22,6 +22,10 @@ HEARTBEAT_INTERVAL_S = 5.0
 NODE_TTL_MS = 15_000
 """A node is in the pool while its last heartbeat is younger than this: three missed intervals."""
 
+WORKER_TTL_MS = 15_000
+"""A worker counts as alive while its registration (``worker:{name}``), renewed about once a second while
+its loop runs (``RQ_HEARTBEAT_EVERY_S``), is younger than this."""
+
 BOOT_DISPLACED_MS = 300_000
 """How long a node's boot is remembered after another took its place (or after it was last heard while two
 agents claim the node): heard again within this, with a later seq, it is a second agent under the same

@@ -104,6 +104,7 @@ key (after the prefix)                  type    TTL                   written by
                                                                       times, commit conflicts, wake-up
                                                                       latency; heartbeat.lua: heartbeats
                                                                       refused for a node id in conflict
+``worker:{name}``, ``workers`` (set)    string  WORKER_TTL_MS         worker.alive: the running workers
 ``rq:queue:{prefix}``                   list    RQ's                  RQ: the planning queue (job ids)
 ``rq:job:{rq_job_id}``                  hash    RQ's                  RQ: one planning job
 ``rq:queues``                           set     none                  RQ: the queues under this prefix
@@ -228,10 +229,9 @@ class Keys:
 
     @property
     def hints(self) -> frozenset[str]:
-        """The fixed keys that only tell a worker to look again (the wake-up signal and classes, the epoch,
-        the change feed, the index of nodes by lapse, the count of pending jobs by class, the pending jobs'
-        records kept for the wake-up pass), all of them
-        rebuilt by what comes next: one found holding another type is deleted, not obeyed."""
+        """The fixed keys that only tell a worker to look again (wake-up signal and classes, epoch, change
+        feed, nodes by lapse, pending jobs by class, their records), all rebuilt by what comes next: one of
+        another type is deleted, not obeyed."""
         return frozenset(
             {
                 self.wake_signal,
@@ -363,8 +363,7 @@ class Keys:
         return f"{self._p}clients"
 
     def client_requests(self, client_id: str) -> str:
-        """A client's own request stream: only its ACL user may append to it, so that what it carries is
-        that client's, whatever an entry says."""
+        """A client's own request stream: only its ACL user may append to it, whatever an entry says."""
         return f"{self._p}client:{check_client_id(client_id)}:requests"
 
     def client_replies(self, client_id: str) -> str:
@@ -372,8 +371,7 @@ class Keys:
         return f"{self._p}client:{check_client_id(client_id)}:replies"
 
     def client_pattern(self, client_id: str) -> str:
-        """An ACL key pattern covering a client's own keys (``client_requests``, ``client_replies``) and no
-        other client's: an id holds neither ``:`` nor a glob character."""
+        """An ACL key pattern covering a client's own keys and no other's (an id holds no ``:`` or glob)."""
         return f"{self._p}client:{check_client_id(client_id)}:*"
 
     @property
@@ -382,14 +380,24 @@ class Keys:
         return f"{self._p}job:*"
 
     def owned(self, client_id: str) -> str:
-        """A client's jobs and the replicas each counts against its quota: the workers' own, never under the
-        client's key pattern, so that a client cannot shrink its own count."""
+        """A client's jobs -> replicas counted against its quota: the workers' own, out of the client's reach."""
         return f"{self._p}owned:{check_client_id(client_id)}"
 
     @property
     def stats(self) -> str:
         """Counters and histogram buckets the workers add to, which the metrics exporter reads."""
         return f"{self._p}stats"
+
+    def worker(self, name: str) -> str:
+        return f"{self._p}worker:{check_id(name, 'worker')}"
+
+    @property
+    def workers(self) -> str:
+        return f"{self._p}workers"
+
+    @property
+    def worker_pattern(self) -> str:  # an ACL key pattern covering every ``worker:{name}``
+        return f"{self._p}worker:*"
 
     def lock(self, name: str) -> str:
         return f"{self._p}lock:{check_id(name, 'lock')}"

@@ -12,11 +12,13 @@ import contextlib
 import gc
 import math
 import os
+import re
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -27,8 +29,8 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.utils import now as rq_now
 
+from worker import alive, jobs, logs, metrics, requests, retry
 from worker import constants as C
-from worker import jobs, logs, metrics, requests, retry
 from worker.config import client_replicas, connect, estimate, max_replicas, redact
 from worker.errors import RedisUnavailable, Refused
 from worker.keys import Keys
@@ -50,6 +52,10 @@ class PlanningWorker(SimpleWorker):
 
     prefix = ""
     """The key prefix of the planning queue it works (set by ``planning_worker``)."""
+    keys: Keys | None = None
+    """Its prefix's keys, where it registers itself as running (``worker.alive``; set by ``planning_worker``)."""
+    _started = ""
+    """When it was made (ISO 8601), the value of its registration."""
 
     @property
     def dequeue_timeout(self) -> int:
@@ -78,6 +84,8 @@ class PlanningWorker(SimpleWorker):
         if timeout is not None or now - self._beat_at >= C.RQ_HEARTBEAT_EVERY_S:
             with self.connection.pipeline(transaction=False) as pipe:
                 super().heartbeat(timeout, pipe)
+                if self.keys is not None:  # running, for ``modelplan status`` (worker.alive)
+                    alive.beat(pipe, self.keys, self.name, self._started)
                 pipe.execute()
             self._beat_at = now
         if self.prefix:
@@ -107,6 +115,9 @@ class PlanningWorker(SimpleWorker):
 
     def teardown(self) -> None:
         try:
+            if self.keys is not None:  # no longer running: said at once, not when the registration lapses
+                with contextlib.suppress(redis.RedisError):
+                    alive.gone(self.connection, self.keys, self.name)
             super().teardown()  # type: ignore[no-untyped-call]
         finally:
             self.connection.close()  # its loop's own connection (``jobs.loop_client``), back to the pool
@@ -140,7 +151,8 @@ def planning_worker(store: MirroredStore, cls: type[PlanningWorker] = PlanningWo
     except BaseException:  # RQ's worker names itself to Redis as it is made: Redis may be away by then
         client.close()
         raise
-    worker.prefix = store.keys.prefix
+    worker.prefix, worker.keys = store.keys.prefix, store.keys
+    worker._started = datetime.now(UTC).isoformat(timespec="seconds")
     return worker
 
 
@@ -224,8 +236,10 @@ class Frozen:
 
 
 def worker_name() -> str:
-    """Unique per process, readable in records: host, pid and a short random tail."""
-    return f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
+    """Unique per process, readable in records: host, pid and a short random tail; an id (``worker:{name}``
+    holds it), the host name's other characters as ``-``."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).lstrip("._-")[:100] or "host"
+    return f"{host}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
 
 
 def _maintain(url: str, keys: Keys, stop: threading.Event) -> None:
@@ -258,6 +272,7 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
         conn.ping()
     except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as e:
         raise RedisUnavailable(redact(url), e) from e
+    alive.prune(conn, keys)  # the workers killed since the last one started
     log.info(
         "worker_started",
         worker=name,

@@ -39,7 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="print the heartbeats as JSON lines; publish nothing (no Redis)"
     )
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="the least level logged (default INFO)",
+    )
     for flag, text in (
         ("--redis-url", f"Redis URL (default: ${REDIS_URL_ENV}, else {DEFAULT_REDIS_URL})"),
         ("--prefix", f"key prefix (default: ${PREFIX_ENV}, else {DEFAULT_PREFIX})"),

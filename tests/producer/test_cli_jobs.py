@@ -72,7 +72,10 @@ def test_the_whole_flow_from_the_command_line(redis_url: str, capsys: pytest.Cap
     assert any(json.loads(line).get("event") == "job_waiting" for line in worker.stdout.splitlines())
     assert main(["job", *url, "job-1"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("job job-1: waiting (placed 0 of 1)\n") and "best:    original on 1 × h100-80g (vllm)" in out
+    # the burst worker is gone: nothing wakes the job until a worker runs, which the first line says
+    none = "no worker is running: start one with `modelplan worker`"
+    assert out.startswith(f"job job-1: waiting (placed 0 of 1); {none}\n")
+    assert "best:    original on 1 × h100-80g (vllm)" in out
     assert "replica 0: waiting [resources]" in out
     assert main(heartbeat(url, free=1, seq=2)) == 0
     assert run("worker", *url, "--burst").returncode == 0
@@ -87,10 +90,18 @@ def test_the_whole_flow_from_the_command_line(redis_url: str, capsys: pytest.Cap
     status = capsys.readouterr().out.splitlines()
     assert status[0] == "1 node(s) in the pool"
     # the agent shows the card free (it has not started the job): drawn as reserved, not free
-    assert status[1].split() == ["gpu-1", "1", "×", "h100-80g", "█", "RAM", "200/256", "GiB", "free"]
+    assert status[1].split() == [
+        "gpu-1",
+        "1",
+        "×",
+        "h100-80g",
+        "█",
+        *["RAM", "200", "of", "256", "GiB", "unused", "at", "the", "last", "heartbeat"],
+    ]
     assert status[2] == "█ reserved  ▓ held  ▒ busy  ░ free"
-    assert "jobs: 1 placed" in status
-    assert status[4].split()[:3] == ["job-1", "placed", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert status[3] == none
+    assert status[4] == "jobs: 1 placed"
+    assert status[5].split()[:3] == ["job-1", "placed", "meta-llama/Llama-3.1-8B-Instruct"]
     assert main(["release", *url, "job-1"]) == 0
     assert capsys.readouterr().out.startswith("job job-1: released")
     assert main(["scale", *url, "job-1", "2"]) == 2
@@ -108,7 +119,7 @@ def test_bad_heartbeat_flags_exit_2(redis_url: str, capsys: pytest.CaptureFixtur
         )
         == 2
     )
-    assert "node_id: only letters, digits" in capsys.readouterr().err
+    assert "--node-id: only letters, digits" in capsys.readouterr().err
 
 
 def test_an_unreachable_redis_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:

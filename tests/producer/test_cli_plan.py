@@ -151,7 +151,7 @@ def test_a_bad_pool_names_the_node_and_field(
     pool.write_text(json.dumps([good, {**good, "node_id": "n2", **node}]))
     assert main(["plan", "--pool", str(pool), *listing("llama-3-8b-gguf")]) == 2
     err = capsys.readouterr().err
-    assert f"{pool}[1]: " in err and message in err
+    assert f"{pool}[1] (--pool): " in err and message in err
 
 
 def test_the_console_script_runs(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ SUBMIT = ["submit", "--files", str(LISTING / "files.json"), "--config", str(LIST
         (["scale", "job-1", "0"], "modelplan scale: replicas: must be a whole number from 1 to 256 (given 0)"),
         (
             ["heartbeat", "--node-id", "n", "--gpus", "-1", "--host-mem-gb", "1", "--host-free-gb", "1"],
-            "modelplan heartbeat: gpus: must be at least 0 (given -1)",
+            "modelplan heartbeat: --gpus: must be at least 0 (given -1)",
         ),
     ],
 )

@@ -206,3 +206,28 @@ def test_an_address_it_cannot_listen_on_is_one_line(addr: str, capsys: pytest.Ca
     err = capsys.readouterr().err
     assert err.startswith(f"modelplan metrics: arguments: --addr/--port: cannot listen on {addr} port ")
     assert err.count("\n") == 1
+
+
+class _Stopped(Exception):
+    """Ends ``modelplan metrics --port``'s wait, in place of an interrupt."""
+
+
+def test_the_exporter_says_where_it_serves(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``modelplan metrics --port`` says on one line, on standard error, the URL it serves (port 0: the one
+    the system picked), and prints nothing on standard output."""
+    seen: list[str] = []
+
+    def stop(_: float) -> None:
+        seen.append(capsys.readouterr().err)
+        raise _Stopped
+
+    monkeypatch.setattr(time, "sleep", stop)  # the exporter's wait, once it has said where it serves
+    with pytest.raises(_Stopped):
+        main(["metrics", "--redis-url", redis_url, "--port", "0"])
+    lines = seen[0].splitlines()
+    assert len(lines) == 1 and lines[0].startswith("serving metrics on http://127.0.0.1:"), seen
+    port = int(lines[0].removeprefix("serving metrics on http://127.0.0.1:").removesuffix("/metrics"))
+    assert port > 0 and lines[0].endswith("/metrics")
+    assert capsys.readouterr().out == ""

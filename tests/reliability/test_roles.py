@@ -70,6 +70,8 @@ def test_every_role_runs_its_part_and_the_server_refuses_nothing(tmp_path: Path)
             job = a.submit(request(), job_id="a-1")
             rec = placed(a, job)
             assert rec.owner == "svc-a" and [p.node_id for p in rec.placement] == ["n1"]
+            # the client's login reads the job, and whether a worker runs, with nothing refused
+            assert main(["job", "--redis-url", srv.url("client", "svc-a"), job]) == 0
             # the agent reads what runs on its node, as it does to start it
             held = agent.held_on("n1")
             assert [h.split(":", 1)[0] for h in held] == [job]

@@ -361,6 +361,17 @@ def test_a_client_rule_reads_job_records_and_writes_only_its_own_keys(acl: tuple
         assert not allowed(r, rule, *command), command
 
 
+def test_a_client_rule_reads_which_workers_run_and_writes_none(acl: tuple[redis.Redis, Keys]) -> None:
+    """Rule: a client's login may read the workers' registrations (``modelplan job`` says when none runs)
+    and may write none of them."""
+    r, k = acl
+    rule = roles.client_rule(k, A, "pw-client-a")
+    assert allowed(r, rule, "SMEMBERS", k.workers)
+    assert allowed(r, rule, "MGET", k.worker("host.1.abc"), k.worker("host.2.def"))
+    for command in (("SADD", k.workers, "w"), ("SET", k.worker("w"), "x"), ("DEL", k.worker("w"))):
+        assert not allowed(r, rule, *command), command
+
+
 def test_no_role_but_the_operator_may_eval(acl: tuple[redis.Redis, Keys]) -> None:
     """Rule: no role but the operator runs Lua of its own (EVAL, SCRIPT LOAD, FUNCTION LOAD): they call
     the functions the operator loaded (FCALL)."""

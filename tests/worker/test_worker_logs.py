@@ -116,3 +116,22 @@ def test_rqs_loop_is_started_again_when_redis_is_away_as_it_is_made(
     monkeypatch.setattr(logs, "route_to_structlog", lambda name: None)
     runner.run(redis_url, "modelplan")
     assert len(made) == 3
+
+
+def test_log_lines_keep_non_ascii_text_as_written() -> None:
+    """A replica "on 1 × h100-80g" reads so in the worker's JSON lines, not as ``\\u00d7``."""
+    import io
+
+    import structlog
+
+    from worker.config import configure_logging
+
+    out = io.StringIO()
+    configure_logging("INFO", out)
+    try:
+        logs.get_logger("modelplan.worker").info("placed", where="1 × h100-80g", model="Qwen–7B")
+    finally:
+        structlog.reset_defaults()
+    line = out.getvalue().strip()
+    assert "1 × h100-80g" in line and "Qwen–7B" in line, line
+    assert json.loads(line)["where"] == "1 × h100-80g"
