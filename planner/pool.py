@@ -18,7 +18,7 @@ from planner.wording import plain
 ID_REGEX = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 """Node ids, class labels and fabric names: letters, digits, ``.``, ``_`` and ``-``, up to 128 characters.
 They become parts of Redis keys and command lines, so nothing else is let in. The pattern's text, anchored,
-as pydantic's ``Field(pattern=)`` takes it; ``worker.keys.ID_PATTERN`` is the same rule compiled."""
+as pydantic's ``Field(pattern=)`` takes it; ``worker.ids.ID_PATTERN`` is the same rule compiled."""
 
 RESERVED_CLASSES = {"cpu": "a CPU node's host memory", "any": "a job that any freed class wakes"}
 """Class names with a meaning of their own where pending jobs are indexed by class (``pending:for``,

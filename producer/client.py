@@ -31,7 +31,8 @@ from worker.config import redis_url as default_url
 from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
 from worker.conflicts import ConflictRecord
-from worker.keys import Keys, check_client_id, check_id
+from worker.ids import check_client_id, check_id
+from worker.keys import Keys
 from worker.mirrored import MirroredStore
 from worker.operations import Operations, check_replicas, existing
 from worker.owners import ANYONE, Acting, Owned

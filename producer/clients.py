@@ -17,7 +17,8 @@ import sys
 import redis
 
 from producer import roles
-from worker.keys import Keys, check_client_id
+from worker.ids import check_client_id
+from worker.keys import Keys
 
 
 def acl_user(keys: Keys, client_id: str) -> str:

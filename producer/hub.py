@@ -43,7 +43,8 @@ from planner.weights import WeightsReading, read_weights
 from producer.errors import HubClientMissing, HubError, HubUnavailable
 from producer.hubclient import HUB_REQUEST_TIMEOUT_S, HfHubClient, HubClient, HubListing, named_error
 from worker.errors import redis_failure
-from worker.keys import ID_PATTERN, Keys
+from worker.ids import ID_PATTERN
+from worker.keys import Keys
 from worker.records import utcnow
 
 __all__ = [

@@ -36,7 +36,7 @@ def flagged(e: InvalidInput, given: dict[str, str]) -> InvalidInput:
     something in it; ``e`` itself when it is about none of them."""
     for path, flag in given.items():
         if path and (e.source == path or e.source.startswith((path + "[", path + " ", path.rstrip("/") + "/"))):
-            if e.field == "(file)":
+            if e.field in ("(file)", "(folder)"):
                 return InvalidInput(e.source, flag, e.problem)
             return InvalidInput(f"{e.source} ({flag})", e.field, e.problem)
     return e

@@ -23,7 +23,8 @@ from __future__ import annotations
 import re
 import secrets
 
-from worker.keys import ID_PATTERN, Keys, check_id
+from worker.ids import ID_PATTERN, check_id
+from worker.keys import Keys
 
 ROLES = ("operator", "worker", "agent", "relay", "client")
 

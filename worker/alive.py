@@ -15,7 +15,8 @@ from typing import Any
 import redis
 
 from worker import constants as C
-from worker.keys import ID_PATTERN, Keys
+from worker.ids import ID_PATTERN
+from worker.keys import Keys
 
 
 def beat(pipe: Any, keys: Keys, name: str, started: str) -> None:

@@ -21,7 +21,7 @@ from enum import Enum
 from typing import Any
 
 from worker import constants as C
-from worker.keys import HOLD_PATTERN, ID_MAX, ID_PATTERN
+from worker.ids import HOLD_PATTERN, ID_MAX, ID_PATTERN
 
 WIRE = {
     "n": "node_id",

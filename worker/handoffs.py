@@ -11,7 +11,8 @@ from rq import Queue
 
 from worker import constants as C
 from worker import logs
-from worker.keys import ID_PATTERN, Keys, planning_job_id
+from worker.ids import ID_PATTERN, planning_job_id
+from worker.keys import Keys
 from worker.scripts import script
 
 log = logs.get_logger("modelplan.worker")

@@ -128,20 +128,10 @@ import re
 
 from worker.constants import DEFAULT_PREFIX, NODE_KEYS_KEPT
 from worker.errors import BadId
+from worker.ids import check_client_id, check_id
 
 PREFIX_MAX = 64
 PREFIX_PATTERN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{PREFIX_MAX - 1}}}")
-ID_MAX = 128
-ID_PATTERN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{ID_MAX - 1}}}")
-"""Job and node ids: letters, digits, ``.``, ``_``, ``-``. No ``:``, ``*``, space or newline, so an id can
-never reach outside its own key."""
-
-HOLD_PATTERN = re.compile(ID_PATTERN.pattern + r"(:\d+:\d+|:nominated)")
-"""Hold ids, the fields of ``held:{node}``: a job id, then ``:{replica}:{version}`` for a reservation or
-``:nominated`` for a nomination. ``:`` never occurs in a job id, so the parts split cleanly."""
-
-NOMINATED = "nominated"
-
 JOB_STATES = frozenset({"queued", "planning", "placed", "waiting", "failed", "cancelled", "released"})
 """The job states (``worker.records.JobState``), spelled here too since records import this module."""
 
@@ -151,41 +141,6 @@ CPU_CLASS = "cpu"
 ANY_CLASS = "any"
 """What a pending job with no option to name a class by (an empty pool; its hardware left) waits on in
 ``pending:for``: capacity freed in any class wakes it."""
-
-CLIENT_ID_MAX = 64
-"""Client ids are ids of at most this many characters, so that a job an entry of a client's stream names
-after itself (``r-{client_id}-{entry id}``, ``worker.requests``) still has an id."""
-
-
-def check_id(value: str, what: str) -> str:
-    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
-        raise BadId(what, value)
-    return value
-
-
-def check_client_id(value: str, what: str = "client_id") -> str:
-    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value) or len(value) > CLIENT_ID_MAX:
-        raise BadId(what, value, CLIENT_ID_MAX)
-    return value
-
-
-def hold_id(job_id: str, replica: int, version: int) -> str:
-    """The id of a replica's reservation placed at a job version: new whenever the replica is placed."""
-    return f"{check_id(job_id, 'job_id')}:{replica}:{version}"
-
-
-def planning_job_id(job_id: str) -> str:
-    """The RQ job id of a serve job's planning job: fixed, so that the sweep can tell whether it is still on
-    the queue. RQ ids take letters, digits, ``_`` and ``-``, so the id is written in hex."""
-    return "plan-" + check_id(job_id, "job_id").encode().hex()
-
-
-def nomination_id(job_id: str) -> str:
-    return f"{check_id(job_id, 'job_id')}:{NOMINATED}"
-
-
-def job_of_hold(hold: str) -> str:
-    return hold.split(":", 1)[0]
 
 
 class Keys:

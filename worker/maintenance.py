@@ -17,7 +17,7 @@ import redis
 from worker import conflicts, logs, moves, orphans, planning, quarantine, retry
 from worker import constants as C
 from worker.errors import BadRecord
-from worker.keys import planning_job_id
+from worker.ids import planning_job_id
 from worker.mirrored import MirroredStore
 from worker.records import JobRecord, JobState, utcnow
 from worker.scripts import text

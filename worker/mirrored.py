@@ -20,7 +20,8 @@ from worker import constants as C
 from worker import logs
 from worker.changes import parse_change
 from worker.errors import BadRecord
-from worker.keys import ID_PATTERN, Keys, job_of_hold
+from worker.ids import ID_PATTERN, job_of_hold
+from worker.keys import Keys
 from worker.mirror import Mirror, Named
 from worker.pool import Snapshot
 from worker.poolread import server_ms

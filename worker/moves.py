@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from worker import logs
 from worker.classes import class_of, clear_all, waits_on
-from worker.keys import job_of_hold
+from worker.ids import job_of_hold
 from worker.mirrored import MirroredStore
 from worker.operations import AGAIN, Again, with_retries
 from worker.planning import change_for, commit, nominated_cards, plan_for, readable_job, waiting_score

@@ -34,8 +34,8 @@ from worker.errors import (
     redis_failure,
     use,
 )
+from worker.ids import check_id
 from worker.jobtext import read_job
-from worker.keys import check_id
 from worker.mirrored import MirroredStore
 from worker.owners import ANYONE, Acting, Owned
 from worker.planning import change_for, commit, plan_for

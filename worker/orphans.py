@@ -18,8 +18,8 @@ from typing import Any
 from worker import constants as C
 from worker import logs
 from worker.errors import BadRecord
+from worker.ids import HOLD_PATTERN, job_of_hold
 from worker.jobtext import read_job
-from worker.keys import HOLD_PATTERN, job_of_hold
 from worker.replies import Reply
 from worker.scripts import script, text
 from worker.store import Store

@@ -22,7 +22,7 @@ from worker import logs, metrics
 from worker.classes import class_of, waits_on
 from worker.config import estimate, settings
 from worker.errors import BadRecord
-from worker.keys import hold_id, nomination_id
+from worker.ids import hold_id, nomination_id
 from worker.mirrored import MirroredStore
 from worker.pool import HoldSpec, Snapshot, Staged
 from worker.records import (

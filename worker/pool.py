@@ -20,7 +20,8 @@ from planner.index import PoolIndex
 from planner.view import PoolView
 from worker import constants as C
 from worker.errors import BadRecord
-from worker.keys import HOLD_PATTERN, Keys, job_of_hold
+from worker.ids import HOLD_PATTERN, job_of_hold
+from worker.keys import Keys
 from worker.records import NodeRecord, read_record
 
 

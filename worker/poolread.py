@@ -13,7 +13,8 @@ import redis
 
 from worker import constants as C
 from worker.errors import BadRecord
-from worker.keys import ID_PATTERN, Keys
+from worker.ids import ID_PATTERN
+from worker.keys import Keys
 from worker.mirror import Named, NodesRead, Unread, WholeRead
 from worker.pool import parse_cache
 from worker.scripts import text

@@ -27,7 +27,8 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from worker.errors import Refused
-from worker.keys import ID_PATTERN, Keys
+from worker.ids import ID_PATTERN
+from worker.keys import Keys
 
 ArgCheck = Callable[[object], bool]
 

@@ -19,7 +19,7 @@ from planner.pool import ID_REGEX, NodeReport, invalid_from
 from planner.settings import check_settings
 from worker.constants import PRIORITY_MAX, SCHEMA_VERSION, SchemaVersion
 from worker.errors import BadRecord
-from worker.keys import HOLD_PATTERN
+from worker.ids import HOLD_PATTERN
 
 MAX_STARTED = 4096
 """How many hold ids one heartbeat may list as started: far past the cards of any node."""

@@ -46,7 +46,8 @@ from planner import InvalidInput, ModelplanError
 from worker import constants as C
 from worker import logs, retry
 from worker.errors import NotReplicated, RedisForbidden, RedisUnavailable, WrongState
-from worker.keys import Keys, check_id
+from worker.ids import check_id
+from worker.keys import Keys
 from worker.mirrored import MirroredStore
 from worker.operations import Operations
 from worker.owners import Owned, Quotas

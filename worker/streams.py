@@ -18,7 +18,8 @@ import redis
 from worker import constants as C
 from worker import logs
 from worker.errors import BadId
-from worker.keys import Keys, check_client_id
+from worker.ids import check_client_id
+from worker.keys import Keys
 from worker.scripts import text
 
 log = logs.get_logger("modelplan.requests")

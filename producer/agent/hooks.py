@@ -7,7 +7,7 @@ from typing import Protocol
 
 from producer.agent.engines import engine_command, engine_env, replica_of
 from worker import logs
-from worker.keys import job_of_hold
+from worker.ids import job_of_hold
 from worker.records import JobRecord, Reservation
 
 log = logs.get_logger("modelplan.agent")

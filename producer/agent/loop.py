@@ -19,7 +19,7 @@ from producer.agent.memory import HostMemory
 from producer.agent.probes import Reader, read_boot_id
 from producer.client import BeatLog, Client
 from worker import logs
-from worker.keys import job_of_hold
+from worker.ids import job_of_hold
 from worker.pool import Held
 from worker.records import Heartbeat, parse_heartbeat
 

@@ -57,7 +57,7 @@ def test_a_file_in_the_form_of_a_hub_id_is_refused_as_a_folder_without_asking_th
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "config.json").write_text("{}")
     err = plan("models/config.json", capsys)
-    assert err == "modelplan plan: models/config.json: (folder): not a folder\n"
+    assert err == "modelplan plan: models/config.json: --repo: not a folder\n"
 
 
 def test_a_path_that_cannot_be_a_hub_id_says_there_is_no_such_folder(

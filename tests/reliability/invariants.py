@@ -15,7 +15,8 @@ import redis
 from producer import Client
 from worker import constants as C
 from worker.classes import hardware_rank
-from worker.keys import Keys, job_of_hold
+from worker.ids import job_of_hold
+from worker.keys import Keys
 from worker.planning import plan_for
 from worker.records import JobRecord, JobState
 from worker.scripts import text

@@ -11,7 +11,8 @@ from planner import InvalidInput
 from producer import Client
 from tests.worker.helpers import drain, hb, request, whole_state
 from worker.errors import WrongType
-from worker.keys import ID_PATTERN, Keys
+from worker.ids import ID_PATTERN
+from worker.keys import Keys
 from worker.records import JobState
 from worker.scripts import text
 

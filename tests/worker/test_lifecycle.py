@@ -26,7 +26,7 @@ from tests.worker.helpers import (
 from worker import constants as C
 from worker import maintenance, planning
 from worker.errors import JobExists, JobNotFound, WrongState
-from worker.keys import planning_job_id
+from worker.ids import planning_job_id
 from worker.records import JobState, NodeRecord, parse_heartbeat, utcnow
 
 

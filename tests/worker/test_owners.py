@@ -22,7 +22,7 @@ from tests.worker.processes import WorkerProcess
 from tests.worker.test_requests import _wait_for, keys_of, stream
 from worker import constants as C
 from worker.errors import JobExists, JobNotFound, JobTaken, NotOwner, OverQuota
-from worker.keys import CLIENT_ID_MAX
+from worker.ids import CLIENT_ID_MAX
 from worker.owners import Owned, Quotas
 from worker.requests import Consumer
 from worker.scripts import text

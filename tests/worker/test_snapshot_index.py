@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from planner import PoolNode
 from planner.index import PoolIndex
 from tests.worker.helpers import hb
-from worker.keys import job_of_hold
+from worker.ids import job_of_hold
 from worker.pool import Held, HoldSpec, ParsedNode, Snapshot
 from worker.records import NodeRecord, utcnow
 
