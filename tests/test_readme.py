@@ -113,12 +113,19 @@ def test_running_it_keeps_the_node_in_the_pool_past_its_ttl(tmp_path: Path) -> N
         )
         try:
             code = proc.wait(timeout=wait_s + 40)
+            for _ in range(50):  # what the block stopped may take a moment to go (a heartbeat under way)
+                try:
+                    os.killpg(proc.pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.1)
         finally:
             with contextlib.suppress(ProcessLookupError):  # none left: the block stopped all it started
                 os.killpg(proc.pid, signal.SIGTERM)  # whatever the block started and left running
             proc.wait()
     said = out_path.read_text()
     assert code == 0, err_path.read_text()
+    assert err_path.read_text() == "", "the block wrote to the terminal's standard error"
     first = next(line for line in said.splitlines() if line.startswith("job "))  # then the release's
     assert re.fullmatch(r"job [0-9a-f]{32}: placed \(placed 1 of 1\)", first), said
     assert not [line for line in said.splitlines() if line.startswith("{")], f"log lines in the terminal: {said}"
