@@ -236,7 +236,8 @@ def status_text(
     server's ACL refused a login, then the jobs at a glance and the engine settings each job's best option
     was sized for, then one line for each stored record that does not parse. ``workers``: how many workers
     are running, said below the pool."""
-    out = [f"{len(snap.records)} node(s) in the pool", pool_picture(snap)] if snap.records else [pool_picture(snap)]
+    n = len(snap.records)
+    out = [f"{n} node{'' if n == 1 else 's'} in the pool", pool_picture(snap)] if n else [pool_picture(snap)]
     out += [workers_text(workers)] if workers is not None else []
     out += [conflict_line(c) for c in conflicts]
     out += [f.line() for f in refused]

@@ -88,7 +88,7 @@ def test_the_whole_flow_from_the_command_line(redis_url: str, capsys: pytest.Cap
     assert rec["option"]["gpu_class"] == "h100-80g" and rec["schema_version"] == 1
     assert main(["status", *url]) == 0
     status = capsys.readouterr().out.splitlines()
-    assert status[0] == "1 node(s) in the pool"
+    assert status[0] == "1 node in the pool"
     # the agent shows the card free (it has not started the job): drawn as reserved, not free
     assert status[1].split() == [
         "gpu-1",

@@ -46,3 +46,14 @@ def test_a_nodes_ram_says_what_each_figure_is(redis_url: str, capsys: pytest.Cap
     said = f"RAM 120 of 128 GiB unused at the last heartbeat, {reserved:.1f} GiB of it reserved for replicas"
     assert ram == said + " not yet started", row
     client.redis.close()
+
+
+@pytest.mark.parametrize("nodes, line", [(1, "1 node in the pool"), (2, "2 nodes in the pool")])
+def test_the_node_count_reads_as_words(
+    redis_url: str, capsys: pytest.CaptureFixture[str], nodes: int, line: str
+) -> None:
+    client = Client.from_url(redis_url)
+    for i in range(nodes):
+        client.heartbeat(hb(f"gpu-{i}", gpus=1))
+    assert status(redis_url, capsys)[0] == line
+    client.redis.close()

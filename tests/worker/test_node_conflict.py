@@ -213,7 +213,7 @@ def test_a_conflict_shows_in_status_and_in_the_metrics(client: Client, capsys: p
     [since] = [c.since for c in client.conflicts()]
     line = f"node gpu-1 claimed by 2 agents (boots boot-a, boot-b) since {since.isoformat(timespec='seconds')}, 4 flips"
     assert [s for s in said if "claimed" in s] == [line + ": out of the pool"]
-    assert said[1] == "1 node(s) in the pool"
+    assert said[1] == "1 node in the pool"
 
     got = {
         (s.name, tuple(s.labels.items())): s.value
