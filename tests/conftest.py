@@ -24,15 +24,18 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> Iterator[str]:
-    """A URL to an empty database; emptied again after the test, once every job and node record in it
-    has been checked against the published JSON Schemas."""
+    """A URL to an empty database, with an empty ACL log (which ``status`` reports, and no flush clears);
+    emptied again after the test, once every job and node record in it has been checked against the
+    published JSON Schemas."""
     client = redis.Redis.from_url(redis_server.url)
     client.flushall()
+    client.acl_log_reset()
     yield redis_server.url
     try:
         check_stored_records(client)  # what the test left matches the published schemas
     finally:
         client.flushall()
+        client.acl_log_reset()
         client.close()
 
 
