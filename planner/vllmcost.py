@@ -89,10 +89,21 @@ def vllm_activation(
     return peak + batched_tokens * hidden * held
 
 
-def vllm_non_torch(tp: int, pp: int = 1, *, pcie: bool = False, fit: VllmFit = VLLM_FIT) -> int:
+def vllm_non_torch(tp: int, pp: int = 1, *, pcie: bool = False, p2p: bool = True, fit: VllmFit = VLLM_FIT) -> int:
     """Memory outside PyTorch on each card of a ``tp``-wide group (of ``pp`` pipeline stages): from 8 cards
     up, the larger figure the published TP 8 logs show; over PCIe only (``pcie``), the smaller one the
-    published logs of consumer cards show."""
+    published logs of consumer cards show.
+
+    Most of it is NCCL's buffers for its peer-to-peer transport, on the card, one set a channel and peer.
+    Where the cards have no peer access (``p2p`` off), NCCL does not use that transport
+    (``p2pCanConnect``, src/transport/p2p.cc: none where ``cudaDeviceCanAccessPeer`` says no) but its
+    shared-memory one, whose buffers are in host memory, and vLLM does not set up its custom all-reduce
+    (``finalize_p2p``, vllm/distributed/device_communicators/custom_all_reduce.py); a card holds what one
+    card does. The custom all-reduce's own buffers are small beside NCCL's: two IPC buffers of 8 MiB
+    (``max_size``, with its metadata) and 8 MiB of ``rank_data`` a card, so ``--disable-custom-all-reduce``
+    alone, which leaves NCCL's peer transport on, moves no figure here."""
+    if tp > 1 and not p2p:
+        return fit.non_torch_one_card
     if tp > 1 and pcie:
         return fit.non_torch_tp_pcie
     if tp >= VLLM_TP8:
@@ -144,6 +155,7 @@ def vllm_card(
     images: int | None = None,
     pooling: bool = False,
     pcie: bool = False,
+    p2p: bool = True,
     release: Release = DEFAULT_RELEASE,
     flashinfer_sampler: bool = False,
     fit: VllmFit = VLLM_FIT,
@@ -158,7 +170,7 @@ def vllm_card(
     if estimate == "seed":
         return need_of(weights, kv, (("2 GiB + weights/5", vllm_overhead_bytes(weights)),))
     parts = (
-        ("non-torch", vllm_non_torch(tp, pp, pcie=pcie, fit=fit)),
+        ("non-torch", vllm_non_torch(tp, pp, pcie=pcie, p2p=p2p, fit=fit)),
         (
             "activation peak",
             vllm_activation(
@@ -209,6 +221,7 @@ def vllm_split(
         images=run.images_per_prompt,
         pooling=run.pooling,
         pcie=run.pcie,
+        p2p=run.p2p,
         release=run.release,
         flashinfer_sampler=run.flashinfer_sampler,
     )

@@ -27,15 +27,12 @@ VLLM_EXCEPTIONS = {
     "elsewhere in the file (the repository tunes GPU clocks)",
 }
 VLLM_OVER = {
-    3: "TP 2 on A100s that have no GPU P2P between them (row 4's log: custom all-reduce off, 'your platform lacks "
-    "GPU P2P capability'): 0.3 GiB outside PyTorch where linked cards hold 2.1-2.2, which a class label does not "
-    "tell; and this run's log is not stored, so its sampler is not known and the sort is counted",
-    4: "as row 3, but FlashInfer sampled (its log says so)",
     22: "a 2B embedding model on a T4, eager: 0.44 GiB beside its weights, of which the estimate's 0.5 GiB "
     "outside PyTorch for one card is already more",
     11: "CUDA graphs: 0.46 GiB logged for Phi-3-mini, where the first fit's per-layer figure gives 0.9 for "
     "its 32 layers",
-    33: "two T4s at TP 2, eager: nothing outside PyTorch logged, where the PCIe figure is 1.25 GiB",
+    33: "two T4s at TP 2, eager: nothing outside PyTorch logged, where the PCIe figure is 1.25 GiB; their cards "
+    "had peer access (custom all-reduce first in the log's dispatch order, no P2P warning)",
     42: "V0 at TP 2 profiling 32,768 tokens: the forward pass counted at 4.06 GiB where the log shows 2.84",
 }
 """Rows past 10% over that no term brings in without putting others under, with why (over, never under)."""
