@@ -15,7 +15,8 @@ A setting left out takes the engine's own default, worked out the way the engine
   (``planner.vllmrelease.DEFAULT_VLLM_VERSION``, 0.19). Where a release profiles otherwise, the estimate
   follows it (``planner.vllmrelease``): before 0.8 (the V0 engine) ``max_num_seqs`` is 256 on every card
   and ``max_num_batched_tokens`` the context (at least 2,048; 2,048 past 32K). ``flashinfer_sampler`` off:
-  not assumed installed, so 0.8-0.16 count the sampler's sort.
+  not assumed installed, so 0.8-0.16 count the sampler's sort. ``gpu_p2p`` on: a tensor-parallel group's
+  cards reach each other's memory (``planner.vllmcost.vllm_non_torch`` says what moves where they do not).
 - llama.cpp (``llama-server``): ``common_params`` (common/common.h) ``n_batch`` 2,048, ``n_ubatch`` 512,
   ``flash_attn_type`` auto (on where the backend supports it: every CUDA card and the CPU), K and V cached
   in f16; ``n_parallel`` auto: 4 slots sharing one unified cache of ``--ctx-size`` tokens
@@ -113,6 +114,11 @@ class VllmSettings(_Strict):
     """FlashInfer samples top-k and top-p (installed, and ``VLLM_USE_FLASHINFER_SAMPLER`` not 0: vLLM logs
     "Using FlashInfer for top-p & top-k sampling"), so the releases that sort the sampler's logits do not;
     default: not assumed."""
+    gpu_p2p: bool | None = None
+    """The cards of a tensor-parallel group reach each other's memory (CUDA peer access, as
+    ``torch.cuda.can_device_access_peer`` reports it). Off where the driver reports none (a VM or container
+    that blocks it; vLLM then logs "Custom allreduce is disabled because your platform lacks GPU P2P
+    capability"): NCCL goes through the host, and a card holds less outside PyTorch. Default: on."""
 
 
 class LlamacppSettings(_Strict):
@@ -205,6 +211,8 @@ class VllmRun:
     """The vLLM release, ``(major, minor)``."""
     flashinfer_sampler: bool = False
     """FlashInfer samples: no release sorts the sampler's logits."""
+    p2p: bool = True
+    """The group's cards have peer access to each other (``VllmSettings.gpu_p2p``)."""
 
     @property
     def kv_bytes_per_element(self) -> int:
@@ -251,6 +259,7 @@ def vllm_run(s: VllmSettings, gpu_class: str, card_gb: float, context: int = 0) 
         pcie=pcie_only(gpu_class),
         release=release,
         flashinfer_sampler=bool(s.flashinfer_sampler),
+        p2p=s.gpu_p2p is not False,
     )
 
 

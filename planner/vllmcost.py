@@ -71,6 +71,7 @@ def vllm_activation(
     pooling: bool = False,
     release: Release = DEFAULT_RELEASE,
     flashinfer_sampler: bool = False,
+    tp: int = 1,
     fit: VllmFit = VLLM_FIT,
 ) -> int:
     """vLLM's profiled activation peak on each card: the sampler's logits for ``max_seqs`` sequences over
@@ -78,21 +79,39 @@ def vllm_activation(
     sorted in the releases that sort them (``planner.vllmrelease.sorts_sampler``) unless FlashInfer samples,
     or the forward pass of
     ``batched_tokens`` tokens where that is larger, and what both hold. A pooling runner (embeddings) has no
-    sampler."""
+    sampler.
+
+    The forward pass peaks in the MLP, whose intermediate activations (the gate and up projections' output)
+    are its bytes; the column-parallel layers that make them hold ``output_size / tp_size`` of them on each
+    card of a ``tp``-wide group (``ColumnParallelLinear``, vllm/model_executor/layers/linear.py), so a card
+    holds its share of that peak. The residual stream and the hidden states (what both hold) are whole on
+    every card. The published V0 run of Qwen2.5-14B at TP 2 profiling 32,768 tokens logs 2.84 GiB of
+    activation a card: 2.66 with the share counted, 4.06 without."""
     vocab = shape.vocab or UNKNOWN_VOCAB
     hidden = shape.hidden or UNKNOWN_HIDDEN
     held = fit.forward_bytes * (2 if shape.float32 else 1) + (fit.moe_forward_bytes if shape.moe else 0)
     sorts = sorts_sampler(release) and not flashinfer_sampler
     per_entry = fit.sort_sampler_bytes if sorts else fit.sampler_bytes
     sampler = 0 if pooling else max_seqs * vocab * per_entry
-    peak = max(sampler, batched_tokens * hidden * fit.forward_peak_bytes)
+    peak = max(sampler, batched_tokens * hidden * fit.forward_peak_bytes // tp)
     return peak + batched_tokens * hidden * held
 
 
-def vllm_non_torch(tp: int, pp: int = 1, *, pcie: bool = False, fit: VllmFit = VLLM_FIT) -> int:
+def vllm_non_torch(tp: int, pp: int = 1, *, pcie: bool = False, p2p: bool = True, fit: VllmFit = VLLM_FIT) -> int:
     """Memory outside PyTorch on each card of a ``tp``-wide group (of ``pp`` pipeline stages): from 8 cards
     up, the larger figure the published TP 8 logs show; over PCIe only (``pcie``), the smaller one the
-    published logs of consumer cards show."""
+    published logs of consumer cards show.
+
+    Most of it is NCCL's buffers for its peer-to-peer transport, on the card, one set a channel and peer.
+    Where the cards have no peer access (``p2p`` off), NCCL does not use that transport
+    (``p2pCanConnect``, src/transport/p2p.cc: none where ``cudaDeviceCanAccessPeer`` says no) but its
+    shared-memory one, whose buffers are in host memory, and vLLM does not set up its custom all-reduce
+    (``finalize_p2p``, vllm/distributed/device_communicators/custom_all_reduce.py); a card holds what one
+    card does. The custom all-reduce's own buffers are small beside NCCL's: two IPC buffers of 8 MiB
+    (``max_size``, with its metadata) and 8 MiB of ``rank_data`` a card, so ``--disable-custom-all-reduce``
+    alone, which leaves NCCL's peer transport on, moves no figure here."""
+    if tp > 1 and not p2p:
+        return fit.non_torch_one_card
     if tp > 1 and pcie:
         return fit.non_torch_tp_pcie
     if tp >= VLLM_TP8:
@@ -144,6 +163,7 @@ def vllm_card(
     images: int | None = None,
     pooling: bool = False,
     pcie: bool = False,
+    p2p: bool = True,
     release: Release = DEFAULT_RELEASE,
     flashinfer_sampler: bool = False,
     fit: VllmFit = VLLM_FIT,
@@ -158,7 +178,7 @@ def vllm_card(
     if estimate == "seed":
         return need_of(weights, kv, (("2 GiB + weights/5", vllm_overhead_bytes(weights)),))
     parts = (
-        ("non-torch", vllm_non_torch(tp, pp, pcie=pcie, fit=fit)),
+        ("non-torch", vllm_non_torch(tp, pp, pcie=pcie, p2p=p2p, fit=fit)),
         (
             "activation peak",
             vllm_activation(
@@ -168,6 +188,7 @@ def vllm_card(
                 pooling=pooling,
                 release=release,
                 flashinfer_sampler=flashinfer_sampler,
+                tp=tp,
                 fit=fit,
             ),
         ),
@@ -209,6 +230,7 @@ def vllm_split(
         images=run.images_per_prompt,
         pooling=run.pooling,
         pcie=run.pcie,
+        p2p=run.p2p,
         release=run.release,
         flashinfer_sampler=run.flashinfer_sampler,
     )

@@ -40,6 +40,13 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
         help="FlashInfer samples top-k/top-p (installed; no sort of the logits in 0.8-0.16)",
     )
     g.add_argument(
+        "--no-gpu-p2p",
+        dest="vllm_gpu_p2p",
+        action="store_false",
+        default=None,
+        help="the cards have no peer access to each other (NCCL through the host)",
+    )
+    g.add_argument(
         "--enforce-eager", dest="vllm_enforce_eager", action="store_true", default=None, help="no CUDA graphs"
     )
     g = p.add_argument_group("llama.cpp settings (default: the deployment's, else llama-server's)")

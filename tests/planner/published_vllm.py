@@ -38,6 +38,10 @@ ACROSS_NODES = (
     "a layout the planner never makes: it plans tensor parallel on one node's cards, pipeline parallel "
     "across nodes"
 )
+P2P_LACKING = "lacks GPU P2P capability"
+"""What vLLM's custom all-reduce logs where the driver reports no peer access between the group's cards
+(its own test, or with ``VLLM_SKIP_P2P_CHECK`` "trusting the driver's P2P report"): the run's ``gpu_p2p``
+is off. A log line the excerpt wraps is read joined."""
 UNIFIED = (
     "a GB10 (DGX Spark), whose card has no memory of its own: NVML and nvidia-smi report none for it, so no "
     "node agent can publish it, and the planner counts a card's memory apart from its host's, where here "
@@ -116,6 +120,7 @@ def own_settings(r: dict[str, Any]) -> VllmSettings:
         runner="pooling" if "pooling" in r["notes"] else None,
         vllm_version=version,
         flashinfer_sampler=True if r.get("sampler") == "flashinfer" else None,
+        gpu_p2p=False if P2P_LACKING in r["excerpt"].replace("\n", "") else None,
     )
 
 
@@ -171,6 +176,7 @@ def need(r: dict[str, Any], s: VllmSettings, fit: VllmFit = VLLM_FIT) -> Need:
         images=run.images_per_prompt,
         pooling=run.pooling,
         pcie=run.pcie,
+        p2p=run.p2p,
         release=run.release,
         flashinfer_sampler=run.flashinfer_sampler,
         fit=fit,

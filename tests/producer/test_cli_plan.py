@@ -284,3 +284,19 @@ def test_flashinfers_sampler_on_the_command_line_drops_the_sort(capsys: pytest.C
     plain = json.loads(capsys.readouterr().out)[0]
     assert main([*base, "--vllm-version", "0.11", "--flashinfer-sampler"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["need_gb"] == plain["need_gb"]
+
+
+def test_cards_without_peer_access_on_the_command_line_hold_less_outside_pytorch(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--no-gpu-p2p``: Llama-3.1-70B on cards whose driver reports no peer access, so NCCL goes through the
+    host and each card of a tensor-parallel group holds what one card does outside PyTorch: on four A100s,
+    1.75 GiB less a card; on H100s, two cards then hold it where four did."""
+    base = ["plan", "--pool", POOL, *listing("llama-3.1-70b-instruct"), "--context", "8192", "--json"]
+    assert main(base) == 0
+    h100, a100 = json.loads(capsys.readouterr().out)
+    assert main([*base, "--no-gpu-p2p"]) == 0
+    h100_lacking, a100_lacking = json.loads(capsys.readouterr().out)
+    assert (a100["gpu_class"], a100["gpus_per_node"]) == (a100_lacking["gpu_class"], 4) == ("a100-40g", 4)
+    assert a100["need_gb"] - a100_lacking["need_gb"] == pytest.approx(1.75, abs=0.01)
+    assert (h100["gpus_per_node"], h100_lacking["gpus_per_node"]) == (4, 2)
