@@ -22,7 +22,8 @@ from rq.registry import StartedJobRegistry
 from worker import constants as C
 from worker.keys import Keys
 from worker.queueing import queue_class
-from worker.records import NodeRecord, utcnow
+from worker.records import utcnow
+from worker.reports import NodeRecord
 from worker.scripts import text
 from worker.store import Store
 

@@ -35,7 +35,8 @@ from worker.config import REDIS_URL_ENV, configure_logging, estimate, redact, re
 from worker.config import settings as deployment_settings
 from worker.errors import RedisForbidden, RedisUnavailable, cli_words, redis_failure
 from worker.logs import get_logger
-from worker.records import Heartbeat, JobState, parse_heartbeat
+from worker.records import JobState
+from worker.reports import Heartbeat, parse_heartbeat
 
 T = TypeVar("T")
 

@@ -37,17 +37,8 @@ from worker.mirrored import MirroredStore
 from worker.operations import Operations, check_replicas, existing
 from worker.owners import ANYONE, Acting, Owned
 from worker.pool import Held, Snapshot
-from worker.records import (
-    Heartbeat,
-    JobRecord,
-    JobState,
-    NodeRecord,
-    ServeRequest,
-    parse_heartbeat,
-    parse_request,
-    stored_tail,
-    utcnow,
-)
+from worker.records import JobRecord, JobState, ServeRequest, parse_request, utcnow
+from worker.reports import Heartbeat, NodeRecord, parse_heartbeat, stored_tail
 from worker.scripts import text
 
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from worker.records import SEQ_MAX, parse_heartbeat
+from worker.reports import SEQ_MAX, parse_heartbeat
 
 SEQ = re.compile(r'"seq"\s*:\s*(0|[1-9][0-9]{0,15})\s*[,}]')
 """The seq where it can stand for the text's: the ``seq`` key's value, a plain whole number."""
@@ -29,7 +29,7 @@ Stored = tuple[str, str, str]
 
 class Relayed:
     """The heartbeats a client validated from text, by their text without the seq's digits: each one's node
-    id and boot, and its stored record's JSON up to the seq (``records.stored_json``'s, cut there)."""
+    id and boot, and its stored record's JSON up to the seq (``reports.stored_json``'s, cut there)."""
 
     def __init__(self) -> None:
         self._known: dict[str, tuple[str, str, str]] = {}

@@ -24,7 +24,8 @@ from pydantic import TypeAdapter
 
 from planner import Option
 from worker.conflicts import ConflictRecord
-from worker.records import Heartbeat, JobRecord, NodeRecord, ServeRequest
+from worker.records import JobRecord, ServeRequest
+from worker.reports import Heartbeat, NodeRecord
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

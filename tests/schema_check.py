@@ -14,7 +14,8 @@ from pydantic import BaseModel
 
 from worker.conflicts import ConflictRecord
 from worker.errors import BadRecord
-from worker.records import JobRecord, NodeRecord, read_record
+from worker.records import JobRecord, read_record
+from worker.reports import NodeRecord
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "docs" / "schemas"
 MODELS: dict[str, tuple[type[BaseModel], str]] = {

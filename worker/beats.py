@@ -11,8 +11,8 @@ import redis
 from worker import calls as calls_
 from worker import constants as C
 from worker.keys import Keys
-from worker.records import NodeRecord
 from worker.replies import Reply
+from worker.reports import NodeRecord
 from worker.scripts import script, text
 
 Beat = Reply
@@ -58,12 +58,12 @@ class Heartbeats:
 
     def put_stored(self, beats: Sequence[tuple[str, str]]) -> list[tuple[bool, bool, bool]]:
         """``put_heartbeats`` of heartbeats already validated, each as its node's id and its stored record's
-        JSON (``records.stored_json``): ``(stored, wake, restarted)`` of each ``beat_stored`` reply."""
+        JSON (``reports.stored_json``): ``(stored, wake, restarted)`` of each ``beat_stored`` reply."""
         return [(b.stored, b.wake, b.restarted) for b in self.beat_stored(beats)]
 
     def beat_stored(self, beats: Sequence[tuple[str, str]]) -> list[BeatReply]:
         """Store heartbeats already validated, each as its node's id and its stored record's JSON
-        (``records.stored_json``): what became of each, in order. ``heartbeat.lua`` a batch of
+        (``reports.stored_json``): what became of each, in order. ``heartbeat.lua`` a batch of
         ``HEARTBEAT_BATCH`` at a time, in one round trip."""
         if not beats:
             return []

@@ -24,7 +24,7 @@ Call = tuple[list[str], list[Any]]
 
 def heartbeat_call(k: Keys, beats: Sequence[tuple[str, str]]) -> Call:
     """``heartbeat.lua`` storing ``beats``, each a node's id and its stored record's JSON
-    (``records.stored_json``): the script reads the rest from the record where it needs it. Each node's
+    (``reports.stored_json``): the script reads the rest from the record where it needs it. Each node's
     own keys (``Keys.node_keys``) follow the shared ones, in the order of its heartbeat."""
     keys = [k.nodes, k.epoch, k.wake_signal, k.wake_classes, k.pool_changes, k.pending_classes]
     keys += [k.conflicts, k.stats, k.restarts]

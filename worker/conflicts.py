@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.pool import ID_REGEX
 from worker.constants import SCHEMA_VERSION, SchemaVersion
 from worker.errors import BadRecord
-from worker.records import SEQ_MAX, read_record
+from worker.records import read_record
+from worker.reports import SEQ_MAX
 
 if TYPE_CHECKING:
     from worker.store import Store

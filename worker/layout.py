@@ -11,7 +11,7 @@ A job record (``records.JobRecord``, at ``job:{id}``) starts with ``JOB_HEAD``, 
 - ``worker.jobtext`` cuts a record's request out at ``REQUEST_AT`` and ``REQUEST_END`` to read and write
   it from a cache of requests.
 
-A node's record (``records.NodeRecord``, at ``node:{id}``) ends with ``NODE_TAIL``, the heartbeat's own
+A node's record (``reports.NodeRecord``, at ``node:{id}``) ends with ``NODE_TAIL``, the heartbeat's own
 fields before it: ``heartbeat.lua`` tells a refresh (the same view under a later seq) by the text before
 the first ``SEQ_AT``; ``records.stored_tail`` writes the tail after a heartbeat's own JSON.
 

@@ -22,7 +22,8 @@ from worker import constants as C
 from worker.errors import BadRecord
 from worker.ids import HOLD_PATTERN, job_of_hold
 from worker.keys import Keys
-from worker.records import NodeRecord, read_record
+from worker.records import read_record
+from worker.reports import NodeRecord
 
 
 @dataclass(frozen=True, slots=True)

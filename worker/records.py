@@ -7,22 +7,18 @@ record carries ``schema_version`` so that a reader can tell what it holds.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from planner import Artifact, Estimate, InvalidInput, Option, Settings, Shape, check_context
-from planner.pool import ID_REGEX, NodeReport, invalid_from
+from planner.pool import ID_REGEX, invalid_from
 from planner.settings import check_settings
 from worker.constants import PRIORITY_MAX, SCHEMA_VERSION, SchemaVersion
 from worker.errors import BadRecord
-from worker.ids import HOLD_PATTERN
 
-MAX_STARTED = 4096
-"""How many hold ids one heartbeat may list as started: far past the cards of any node."""
 MAX_REPLICAS = 256
 """How many replicas one job may ask for."""
 MAX_ARTIFACTS = 1000
@@ -69,58 +65,7 @@ class JobState(StrEnum):
         return self.final or self is JobState.PLACED
 
 
-SEQ_MAX = 2**53
-"""The highest seq a heartbeat may carry: a whole number Redis's scripts hold exactly."""
-
-
-class Heartbeat(NodeReport):
-    """A node agent's report: the pool record plus its order and its boot.
-
-    ``seq`` rises with every heartbeat of one boot; an older one changes nothing. ``boot_id`` changes when
-    the node restarts. ``started`` lists the holds (reservations, by hold id) whose cards or memory the
-    report already counts as in use, so that they are not subtracted from what is free a second time.
-    """
-
-    boot_id: str = Field(pattern=ID_REGEX)
-    started: tuple[str, ...] = Field(default=(), max_length=MAX_STARTED)
-    seq: int = Field(ge=0, le=SEQ_MAX)
-    """Last of the report's fields, so that a stored record is what a plan reads, then the seq, then when
-    it arrived: ``heartbeat.lua`` tells a refresh from the text before the seq."""
-
-    @field_validator("started")
-    @classmethod
-    def _started_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for hold in value:
-            if not HOLD_PATTERN.fullmatch(hold):
-                raise ValueError(f"started holds {hold!r}, which is not a hold id ({{job_id}}:{{replica}}:{{version}})")
-        return value
-
-
-class NodeRecord(Heartbeat):
-    """A heartbeat as stored: with when it arrived."""
-
-    schema_version: SchemaVersion = SCHEMA_VERSION
-    received_at: datetime
-
-
-_AT = TypeAdapter(datetime)
-
-
-def stored_json(beats: Sequence[Heartbeat], at: datetime) -> list[str]:
-    """Each heartbeat as its stored ``NodeRecord`` (received ``at``) in JSON, exactly as
-    ``NodeRecord.model_dump_json`` writes it: the heartbeat's own JSON with the record's two fields after
-    it (a record is a heartbeat and then those, in that order). For a relay's batch: the heartbeats were
-    validated, and building a record model of each again cost more than the rest of publishing it."""
-    tail = stored_tail(at)
-    return [hb.model_dump_json()[:-1] + tail for hb in beats]
-
-
-def stored_tail(at: datetime) -> str:
-    """What follows a heartbeat's own fields in its stored record, received ``at``: the record's two."""
-    return f',"schema_version":{SCHEMA_VERSION},"received_at":' + _AT.dump_json(at).decode() + "}"
-
-
-def _as_json(data: Any, source: str) -> str:
+def as_json(data: Any, source: str) -> str:
     """Data as JSON text, so that it is validated as JSON arrives (lists for tuples, objects for
     dataclasses), whether it came from a file or from Python."""
     if isinstance(data, str):
@@ -134,14 +79,6 @@ def _as_json(data: Any, source: str) -> str:
         return json.dumps(data, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as e:
         raise InvalidInput(source, "(record)", f"not JSON data: {str(e)[:80]}") from e
-
-
-def parse_heartbeat(data: Any, source: str = "heartbeat") -> Heartbeat:
-    """A heartbeat from JSON data (text or parsed), or ``InvalidInput`` naming the field."""
-    try:
-        return Heartbeat.model_validate_json(_as_json(data, source))
-    except ValidationError as e:
-        raise invalid_from(e, source) from e
 
 
 class ServeRequest(BaseModel):
@@ -216,7 +153,7 @@ class ServeRequest(BaseModel):
 def parse_request(data: Any, source: str = "request") -> ServeRequest:
     """A serve request from JSON data (text or parsed), or ``InvalidInput`` naming the field."""
     try:
-        return ServeRequest.model_validate_json(_as_json(data, source))
+        return ServeRequest.model_validate_json(as_json(data, source))
     except ValidationError as e:
         raise invalid_from(e, source) from e
     except InvalidInput as e:

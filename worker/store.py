@@ -28,8 +28,9 @@ from worker.mirror import Unread
 from worker.pool import Held, HoldSpec, parse_cache, read_holds
 from worker.poolread import PoolReads, ids_in, member_text
 from worker.queueing import planning_queue
-from worker.records import JobRecord, JobState, NodeRecord, utcnow
+from worker.records import JobRecord, JobState, utcnow
 from worker.replies import Reply
+from worker.reports import NodeRecord
 from worker.scripts import script, text
 
 log = logs.get_logger("modelplan.worker")

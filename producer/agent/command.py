@@ -18,7 +18,7 @@ from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
 from worker.config import prefix as default_prefix
 from worker.config import redis_url as default_redis_url
 from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, HEARTBEAT_INTERVAL_S
-from worker.records import Heartbeat
+from worker.reports import Heartbeat
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

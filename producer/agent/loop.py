@@ -21,7 +21,7 @@ from producer.client import BeatLog, Client
 from worker import logs
 from worker.ids import job_of_hold
 from worker.pool import Held
-from worker.records import Heartbeat, parse_heartbeat
+from worker.reports import Heartbeat, parse_heartbeat
 
 log = logs.get_logger("modelplan.agent")
 

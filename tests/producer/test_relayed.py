@@ -14,7 +14,7 @@ from planner.errors import InvalidInput
 from producer import Client, relayed
 from producer.relayed import Relayed
 from tests.worker.helpers import hb
-from worker.records import SEQ_MAX, parse_heartbeat, stored_json, stored_tail
+from worker.reports import SEQ_MAX, parse_heartbeat, stored_json, stored_tail
 
 AT = datetime(2026, 12, 2, 1, 2, 3, 456789, tzinfo=UTC)
 

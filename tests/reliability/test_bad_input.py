@@ -34,7 +34,8 @@ from tests.reliability.sec_servers import dump, foreign_keys
 from tests.worker.helpers import hb
 from worker import constants as C
 from worker import runner
-from worker.records import JobState, parse_heartbeat, parse_request
+from worker.records import JobState, parse_request
+from worker.reports import parse_heartbeat
 
 EXAMPLES = int(os.environ.get("MODELPLAN_FUZZ_EXAMPLES", "200"))
 OUT_ENV = "MODELPLAN_RELIABILITY_OUT"

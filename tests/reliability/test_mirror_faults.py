@@ -31,7 +31,8 @@ from worker import constants as C
 from worker.calls import heartbeat_call
 from worker.errors import Contended, JobNotFound, RedisUnavailable, WrongState
 from worker.mirrored import MirroredStore
-from worker.records import JobState, NodeRecord, ServeRequest, parse_heartbeat, utcnow
+from worker.records import JobState, ServeRequest, utcnow
+from worker.reports import NodeRecord, parse_heartbeat
 from worker.scripts import script, text
 
 WORKERS = 3

@@ -21,7 +21,8 @@ from worker.keys import Keys
 from worker.mirror import LAPSE_HEAP_SLACK, Mirror, Named
 from worker.mirrored import MirroredStore
 from worker.poolread import PoolReads
-from worker.records import JobState, NodeRecord, parse_heartbeat, utcnow
+from worker.records import JobState, utcnow
+from worker.reports import NodeRecord, parse_heartbeat
 from worker.store import Store
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from producer import Client
 from tests.worker.helpers import hb
-from worker.records import parse_heartbeat, stored_json, utcnow
+from worker.records import utcnow
+from worker.reports import parse_heartbeat, stored_json
 
 TAIL = re.compile(r',"seq":(\d+),"schema_version":1,"received_at":"[^"]*"\}$')
 

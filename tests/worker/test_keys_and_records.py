@@ -15,7 +15,8 @@ from planner import InvalidInput
 from producer import Client
 from tests.worker.helpers import hb, request
 from worker.keys import Keys
-from worker.records import JobState, NodeRecord, parse_heartbeat, parse_request, stored_json
+from worker.records import JobState, parse_request
+from worker.reports import NodeRecord, parse_heartbeat, stored_json
 
 
 def test_every_key_spelled_out() -> None:

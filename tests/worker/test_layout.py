@@ -14,7 +14,8 @@ import pytest
 from producer import Client
 from tests.worker.helpers import drain, hb, request
 from worker.layout import JOB_HEAD, JOB_VERSION_HEAD, NODE_TAIL, REQUEST_AT, REQUEST_END, SEQ_AT
-from worker.records import JobRecord, NodeRecord
+from worker.records import JobRecord
+from worker.reports import NodeRecord
 
 LUA = Path(__file__).resolve().parents[2] / "worker" / "lua"
 FIELD = re.compile(r'\\?"(\w+)\\?":')

@@ -27,7 +27,8 @@ from worker import constants as C
 from worker import maintenance, planning
 from worker.errors import JobExists, JobNotFound, WrongState
 from worker.ids import planning_job_id
-from worker.records import JobState, NodeRecord, parse_heartbeat, utcnow
+from worker.records import JobState, utcnow
+from worker.reports import NodeRecord, parse_heartbeat
 
 
 def test_placed_on_a_free_card(client: Client) -> None:

@@ -20,7 +20,8 @@ from worker.keys import Keys
 from worker.mirror import Mirror
 from worker.mirrored import MirroredStore
 from worker.pool import Held, ParsedNode, Snapshot
-from worker.records import NodeRecord, utcnow
+from worker.records import utcnow
+from worker.reports import NodeRecord
 from worker.runner import InProcessWorker, planning_worker
 
 

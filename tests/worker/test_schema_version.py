@@ -10,7 +10,8 @@ from typing import get_args
 from producer import Client
 from tests.worker.helpers import hb, request
 from worker.constants import SCHEMA_VERSION, SchemaVersion
-from worker.records import JobRecord, NodeRecord
+from worker.records import JobRecord
+from worker.reports import NodeRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,8 @@ from planner.index import PoolIndex
 from tests.worker.helpers import hb
 from worker.ids import job_of_hold
 from worker.pool import Held, HoldSpec, ParsedNode, Snapshot
-from worker.records import NodeRecord, utcnow
+from worker.records import utcnow
+from worker.reports import NodeRecord
 
 NODES = [f"node-{i}" for i in range(6)]
 JOBS = ["job-a", "job-b", "job-c"]
