@@ -18,6 +18,7 @@ from typing import Any, Literal
 import pytest
 from structlog.testing import capture_logs
 
+from producer.agent import footprint
 from producer.agent.footprint import Steady, measure, process_tree
 from producer.agent.memory import ProcessMemory, parent_from_stat, process_memory_from_status
 from producer.agent.probes import CardUse, SystemReader, card_use_from_nvml, card_use_from_smi
@@ -75,6 +76,12 @@ TREE = {
 }
 TREE_RSS = sum(v[1] for k, v in TREE.items() if k >= 7100) * KIB
 TREE_HWM = sum(v[2] for k, v in TREE.items() if k >= 7100) * KIB
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log_memory() -> None:
+    """What was said once is said again in each test: each starts as a fresh agent."""
+    footprint._said.clear()
 
 
 @pytest.fixture
@@ -315,3 +322,27 @@ def test_steady_sends_what_the_engine_said_once_steady_again() -> None:
         assert s.update(fp(40_000 * MIB, version="0.11.2", kv_bytes=30_000 * MIB)) is sent
     newer = s.update(fp(40_000 * MIB, version="0.11.2", kv_bytes=30_000 * MIB))
     assert newer is not None and newer is not sent and newer.kv_bytes == 30_000 * MIB
+
+
+def test_system_reader_keeps_an_unknown_process_figure_unknown(proc: Path) -> None:
+    """NVML's ``usedGpuMemory`` None (the driver cannot tell) is not 0 bytes: the footprint waits."""
+    readings = nvml("nvml_busy.json")
+    readings[0]["procs"][0]["used"] = None
+    r = SystemReader(nvml=lambda: FakeNvml(readings), smi=FakeSmi(None, None), proc=proc, cgroup=None)
+    assert r.card_use() == ("nvml", [CardUse(0, H200_TOTAL, ((426, None),))])
+    assert measure([426], (0,), "llamacpp", LLAMA_LOG, r) is None
+
+
+def test_system_reader_card_use_falls_back_to_smi(proc: Path) -> None:
+    failing = FakeNvml([], init_error="Driver Not Loaded")
+    r = SystemReader(nvml=lambda: failing, smi=FakeSmi(data("smi_busy.csv"), data("smi_apps_busy.csv")), proc=proc)
+    assert r.card_use() == ("nvidia-smi", [CardUse(0, 143771 * MIB, ((426, 20998 * MIB),))])
+    assert reader(proc).card_use() == ("none", [])
+
+
+def test_a_kv_figure_past_the_cards_is_not_this_engines(proc: Path) -> None:
+    log = "vLLM API server version 0.11.2\nAvailable KV cache memory: 200.00 GiB\n"
+    with capture_logs() as logs:
+        fp = measure([7100], (1, 2), "vllm", log, reader(proc, "nvml_tp2.json"))
+    assert fp is not None and fp.kv_bytes == 0
+    assert [e["event"] for e in logs if e["event"].startswith("footprint_")] == ["footprint_kv_ignored"]
