@@ -7,8 +7,9 @@ engine printed; nothing is derived from the model.
   context (``llama_kv_cache_init:`` before b4xxx, ``llama_kv_cache_unified:`` then ``llama_kv_cache:``);
   ``CUDA0`` is the first card the engine was given, ``CPU`` and ``CUDA_Host`` are host memory. A model
   with sliding-window layers has two caches in one context (both count). Its release is the build number
-  of ``build: 6500 (abcdef12)``, ``main: build = 4343 (...)`` or ``version: 4462 (...)``, named as its
-  release tag (``b6500``).
+  of ``build: 6500 (abcdef12)``, ``main: build = 4343 (...)``, ``version: 4462 (...)`` or, from 2026
+  builds, ``common_init: build 6500 (...)`` and ``--version``'s ``version: 0.5.0 (build 6500, commit
+  ...)``, named as its release tag (``b6500``).
 - vLLM's workers each print what they may give their cache: ``Available KV cache memory: 19.24 GiB`` (V1;
   V0: ``the rest of the memory reserved for KV Cache is 17.24GiB``, ``available_kv_cache_memory
   53.29GiB``, ``kv_cache_size=3.81GiB``), one line per rank with tensor parallelism, in GiB of 2^30 bytes
@@ -34,7 +35,7 @@ _LLAMA_KV = re.compile(r"\b(\w+) KV buffer size\s*=\s*([0-9]+(?:\.[0-9]+)?) MiB"
 _LLAMA_CONTEXT = re.compile(r"\b(?:llama_new_context_with_model|llama_init_from_model|llama_context):\s+n_ctx\s+=")
 _LLAMA_CARD = re.compile(r"(?:CUDA|ROCm|Vulkan|SYCL|MUSA|CANN)(\d+)")
 _LLAMA_HOST = re.compile(r"CPU|\w+_Host")
-_LLAMA_VERSION = re.compile(r"(?:\bbuild(?::| =)|^version:) (\d+) \(", re.MULTILINE)
+_LLAMA_VERSION = re.compile(r"(?:\bbuild(?::| =)?|^version:) (\d+)(?: \(|, commit )", re.MULTILINE)
 
 _VLLM_KV = re.compile(
     r"(?:Available KV cache memory:|reserved for KV Cache is|available_kv_cache_memory|kv_cache_size=)"

@@ -124,6 +124,14 @@ def test_nothing_printed_yet() -> None:
     assert engine_version("llamacpp", "build: 0 (unknown) with cc (GCC) 12.2.0 for x86_64-linux-gnu\n") == ""
 
 
+def test_llamacpp_release_in_later_builds() -> None:
+    """From 2026 the build line is ``common_init``'s (no colon), and ``--version`` prints the build number
+    after the library's version."""
+    log = "cmn   common_init: build 7412 (0c1e570) with GNU 12.2.0 for Linux x86_64\n"
+    assert engine_version("llamacpp", log) == "b7412"
+    assert engine_version("llamacpp", "version: 0.5.0-dev (build 7412, commit 0c1e570)\n") == "b7412"
+
+
 def test_a_version_that_is_not_one_is_left_out() -> None:
     assert engine_version("vllm", "vLLM API server version 0.11.0'\"; rm\n") == ""
 
