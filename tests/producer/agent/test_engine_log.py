@@ -139,3 +139,16 @@ def test_a_version_that_is_not_one_is_left_out() -> None:
 def test_unknown_engine_is_named() -> None:
     with pytest.raises(ValueError, match="engine 'tgi'"):
         engine_version("tgi", "")
+
+
+RECORDED = Path(__file__).resolve().parents[2] / "data" / "llamacpp"
+
+
+def test_recorded_llama_server_logs() -> None:
+    """A 2026 llama-server says its build and buffers only from ``-lv 4``; at its default, nothing."""
+    verbose = (RECORDED / "server_cpu_lv4.log").read_text()
+    assert engine_version("llamacpp", verbose) == "b1"
+    assert llamacpp_kv(verbose) == {"CPU": 16 * MIB}
+    assert ram_kv("llamacpp", verbose) == 16 * MIB
+    default = (RECORDED / "server_cpu_default.log").read_text()
+    assert (engine_version("llamacpp", default), llamacpp_kv(default)) == ("", {})
