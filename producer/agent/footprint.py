@@ -142,7 +142,7 @@ def measure(
             _once("footprint_foreign_card", (*key, *foreign), pids=list(pids), cards=foreign, given=list(cards))
         figures = card_figures(tree, cards, use)
         if isinstance(figures, Refused):
-            log.warning("footprint_refused", pids=list(pids), card=figures.card, why=figures.why, source=source)
+            _once("footprint_refused", (*key, figures.card), pids=list(pids), card=figures.card, why=figures.why)
             return None
         if figures is None:
             return None
@@ -161,7 +161,7 @@ def measure(
             kv_bytes=kv,
         )
     except ValidationError as e:
-        log.warning("footprint_refused", pids=list(pids), why=str(e.errors()[0]["msg"]))
+        _once("footprint_refused", key, pids=list(pids), why=str(e.errors()[0]["msg"]))
         return None
 
 

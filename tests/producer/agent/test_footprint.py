@@ -215,6 +215,7 @@ def test_measure_refuses_a_card_figure_past_the_card(proc: Path) -> None:
     r = SystemReader(nvml=lambda: FakeNvml(copy.deepcopy(readings)), smi=FakeSmi(None, None), proc=proc, cgroup=None)
     with capture_logs() as logs:
         assert measure([7100], (1, 2), "vllm", VLLM_LOG, r) is None
+        assert measure([7100], (1, 2), "vllm", VLLM_LOG, r) is None  # said once, not every tick
     [refused] = [e for e in logs if e["event"] == "footprint_refused"]
     assert refused["card"] == 2 and "past the card" in refused["why"]
 
