@@ -28,6 +28,9 @@ SMI_APPS_ARGS = ("--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,
 """What the agent asks nvidia-smi when NVML is missing: the cards, then the compute processes (MiB)."""
 
 MEMINFO_PATH = "/proc/meminfo"
+PROC_PATH = "/proc"
+"""Where the agent reads each process's parent (``PID/stat``) and resident memory (``PID/status``) to
+measure a started engine's process tree."""
 CGROUP_PATH = "/sys/fs/cgroup"
 """Where this process's control group shows its memory limit: in a container, ``/proc/meminfo`` is the
 host's, and the limit (``memory.max`` in cgroup v2, ``memory/memory.limit_in_bytes`` in v1) is what the
@@ -36,6 +39,16 @@ CGROUP_NO_LIMIT = 1 << 62
 """A v1 limit at or past this means none: the kernel shows "unlimited" as 2^63 rounded down to a page."""
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 """Linux's id of the current boot: it changes when the node restarts, and only then."""
+
+FOOTPRINT_STEADY_READINGS = 3
+FOOTPRINT_STEADY_SPREAD = 0.02
+"""A started engine's footprint is steady, and first sent, once this many readings in a row (one a
+heartbeat, 5 s apart) lie within this share of each other on every figure: an engine still loading
+weights or capturing graphs grows by far more between two readings; one that serves moves by less."""
+FOOTPRINT_NEW_PEAK = 0.05
+"""Once sent, a footprint is sent again, the same figures, until one of them reads more than this share
+above what was sent: a heartbeat with the same footprint is a refresh, a new one a change every worker
+re-reads, so noise must not make changes. A figure that falls is not sent: the most seen is what counts."""
 
 LLAMACPP_ALL_LAYERS = 999
 """``-ngl`` for "every layer on the cards": past the layer count of any model."""

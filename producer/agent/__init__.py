@@ -8,6 +8,9 @@ Three layers, so that each can be tested on its own:
   ``engines``);
 - readers (``SystemReader`` in ``probes``) that call NVML (the ``nvidia-ml-py`` package, imported only
   when used), else nvidia-smi, and read ``/proc``; tests give their own;
+- measuring a started engine (``footprint``): its process tree's resident memory and what its processes
+  hold on each of its cards, with the KV cache and release its log states (``engine_log``); ``Steady``
+  says when the readings are steady and which footprint the heartbeat carries;
 - ``Agent`` (``loop``): one ``tick()`` reads, hands the replicas placed on the node (their holds, by hold
   id ``{job_id}:{replica}:{version}``) to the start hook and the holds gone from the node to the stop hook
   (``hooks``), then publishes the heartbeat, whose ``started`` lists the holds already handed over.
@@ -25,17 +28,31 @@ Every name is imported here, so ``producer.agent`` is the one import path for ca
 """
 
 from producer.agent.command import add_arguments, run_from_args
+from producer.agent.engine_log import engine_version, kv_per_card, llamacpp_kv, ram_kv, vllm_kv
 from producer.agent.engines import engine_command, engine_env, gguf_file, replica_of
 from producer.agent.errors import CardReadingError, CardsMissing
+from producer.agent.footprint import Steady, measure, process_tree
 from producer.agent.heartbeat import heartbeat_dict
 from producer.agent.hooks import StartHook, StopHook, log_start, log_stop
 from producer.agent.labels import Card, class_label, node_cards
 from producer.agent.loop import Agent, Started
-from producer.agent.memory import HostMemory, cgroup_memory, memory_from_meminfo, memory_within
+from producer.agent.memory import (
+    HostMemory,
+    ProcessMemory,
+    cgroup_memory,
+    memory_from_meminfo,
+    memory_within,
+    parent_from_stat,
+    process_memory_from_status,
+)
 from producer.agent.probes import (
+    CardUse,
     Nvml,
     Reader,
     SystemReader,
+    UsageReader,
+    card_use_from_nvml,
+    card_use_from_smi,
     cards_from_nvml,
     cards_from_smi,
     load_nvml,
@@ -48,32 +65,47 @@ __all__ = [
     "Agent",
     "Card",
     "CardReadingError",
+    "CardUse",
     "CardsMissing",
     "HostMemory",
     "Nvml",
+    "ProcessMemory",
     "Reader",
     "StartHook",
     "Started",
+    "Steady",
     "StopHook",
     "SystemReader",
+    "UsageReader",
     "add_arguments",
+    "card_use_from_nvml",
+    "card_use_from_smi",
     "cards_from_nvml",
     "cards_from_smi",
     "cgroup_memory",
     "class_label",
     "engine_command",
     "engine_env",
+    "engine_version",
     "gguf_file",
     "heartbeat_dict",
+    "kv_per_card",
+    "llamacpp_kv",
     "load_nvml",
     "log_start",
     "log_stop",
+    "measure",
     "memory_from_meminfo",
     "memory_within",
     "node_cards",
     "nvml_readings",
+    "parent_from_stat",
+    "process_memory_from_status",
+    "process_tree",
+    "ram_kv",
     "read_boot_id",
     "replica_of",
     "run_from_args",
     "run_smi",
+    "vllm_kv",
 ]

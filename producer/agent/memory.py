@@ -66,3 +66,41 @@ def memory_within(host: HostMemory, limit: int, used: int) -> HostMemory:
     """The host's memory as a control group limited to ``limit`` bytes, ``used`` of them, may use it."""
     gib = 1 << 30
     return HostMemory(min(host.total_gb, limit // gib), min(host.free_gb, max(0, limit - used) // gib))
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessMemory:
+    """One process's resident memory in bytes: now (``VmRSS``) and the most it has had (``VmHWM``)."""
+
+    rss_bytes: int
+    peak_bytes: int
+
+
+def process_memory_from_status(text: str) -> ProcessMemory | None:
+    """A process's memory from its ``/proc/PID/status``; None when it has none resident (a zombie, a
+    kernel thread).
+
+    ``VmRSS`` is the kernel's running count of the process's resident pages: anonymous memory, shared
+    memory, and the pages of mapped files it has touched, so the parts of an mmap'd GGUF the engine has read
+    count once read (all of it after llama.cpp's warm-up), and stay counted while they stay in the page
+    cache. It is read in constant time, where ``smaps_rollup`` would walk every page table of the process
+    under its memory-map lock (ten million entries for a 40 GiB model, every tick, stalling the engine's
+    own faults meanwhile) for a ``Rss`` that is the same figure. ``VmHWM`` is its high-water mark, which
+    catches a peak between two readings (a model's load)."""
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if key in ("VmRSS", "VmHWM") and parts and parts[0].isdigit():
+            values[key] = int(parts[0]) * 1024  # kB in the kernel's words: KiB
+    if "VmRSS" not in values:
+        return None
+    return ProcessMemory(values["VmRSS"], max(values["VmRSS"], values.get("VmHWM", 0)))
+
+
+def parent_from_stat(text: str) -> int | None:
+    """The parent pid in a ``/proc/PID/stat`` line; None when it cannot be read. The process's name comes
+    second, in parentheses, and may hold spaces and parentheses itself: the fields are read after the
+    last ``)``."""
+    fields = text[text.rfind(")") + 1 :].split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None

@@ -1,5 +1,7 @@
 """The cards' readings: NVML (the ``nvidia-ml-py`` package, imported only when used), else nvidia-smi, and
-the pure functions that turn either into cards; ``SystemReader`` reads this machine, and the boot id."""
+the pure functions that turn either into cards, or into what each process holds on each card;
+``SystemReader`` reads this machine (and, for measuring an engine, its processes in ``/proc``), and the
+boot id."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import subprocess
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -18,7 +21,15 @@ from planner.pool import ID_REGEX
 from producer import constants as K
 from producer.agent.errors import CardReadingError
 from producer.agent.labels import Card
-from producer.agent.memory import HostMemory, cgroup_memory, memory_from_meminfo, memory_within
+from producer.agent.memory import (
+    HostMemory,
+    ProcessMemory,
+    cgroup_memory,
+    memory_from_meminfo,
+    memory_within,
+    parent_from_stat,
+    process_memory_from_status,
+)
 from worker import logs
 
 log = logs.get_logger("modelplan.agent")
@@ -87,6 +98,50 @@ def cards_from_smi(cards_csv: str, apps_csv: str) -> list[Card]:
     return sorted(cards, key=lambda c: c.index)
 
 
+@dataclass(frozen=True, slots=True)
+class CardUse:
+    """One card as the engines on it use it: its index, its memory in bytes, and each compute process on
+    it with the bytes it holds there (None where the driver cannot tell: NVML's ``usedGpuMemory`` None,
+    nvidia-smi's ``[N/A]``, as in some containers)."""
+
+    index: int
+    total_bytes: int
+    procs: tuple[tuple[int, int | None], ...]
+
+
+def card_use_from_nvml(readings: Iterable[Mapping[str, Any]]) -> list[CardUse]:
+    """What each process holds on each card, from NVML readings (``nvmlDeviceGetComputeRunningProcesses``:
+    ``usedGpuMemory`` per pid, in bytes) as ``nvml_readings`` and the recorded ``nvml_*.json`` give them."""
+    use = [
+        CardUse(
+            index=int(r["index"]),
+            total_bytes=int(r["total"]),
+            procs=tuple((int(p["pid"]), None if p["used"] is None else int(p["used"])) for p in r["procs"]),
+        )
+        for r in readings
+    ]
+    return sorted(use, key=lambda c: c.index)
+
+
+def card_use_from_smi(cards_csv: str, apps_csv: str) -> list[CardUse]:
+    """What each process holds on each card, from ``nvidia-smi --query-compute-apps=gpu_uuid,pid,
+    used_memory`` (MiB) mapped to card indices by the uuids of ``--query-gpu`` (both ``csv,noheader,
+    nounits``, as the agent asks them). A process on a card the list does not name is left out."""
+    procs: dict[str, list[tuple[int, int | None]]] = {}
+    for card_uuid, pid, used in _smi_rows(apps_csv, 3, "nvidia-smi --query-compute-apps"):
+        if not pid.isdigit():
+            raise CardReadingError("nvidia-smi --query-compute-apps", f"pid {pid!r} is not a number")
+        mib = _mib(used)
+        procs.setdefault(card_uuid, []).append((int(pid), None if mib is None else mib * K.MIB))
+    use = []
+    for index, _name, card_uuid, total, _used, _free, _util in _smi_rows(cards_csv, 7, "nvidia-smi --query-gpu"):
+        total_mib = _mib(total)
+        if not index.isdigit() or total_mib is None:
+            raise CardReadingError("nvidia-smi --query-gpu", f"card {index!r} has no index or memory.total")
+        use.append(CardUse(int(index), total_mib * K.MIB, tuple(procs.get(card_uuid, ()))))
+    return sorted(use, key=lambda c: c.index)
+
+
 class Nvml(Protocol):
     """What the agent uses of ``pynvml`` (the ``nvidia-ml-py`` package)."""
 
@@ -121,7 +176,10 @@ def nvml_readings(nvml: Nvml) -> list[dict[str, Any]]:
                     "used": int(mem.used),
                     "free": int(mem.free),
                     # usedGpuMemory is None where the driver cannot tell (some containers)
-                    "procs": [{"pid": int(p.pid), "used": int(p.usedGpuMemory or 0)} for p in procs],
+                    "procs": [
+                        {"pid": int(p.pid), "used": None if p.usedGpuMemory is None else int(p.usedGpuMemory)}
+                        for p in procs
+                    ],
                 }
             )
         return out
@@ -158,6 +216,23 @@ class Reader(Protocol):
     def memory(self) -> HostMemory: ...
 
 
+class UsageReader(Protocol):
+    """What measuring a started engine reads: the node's processes and what they hold, in RAM and on cards."""
+
+    def parents(self) -> dict[int, int]:
+        """Every process's parent, by pid."""
+        ...
+
+    def process_memory(self, pid: int) -> ProcessMemory | None:
+        """A process's resident memory; None once it is gone or has none."""
+        ...
+
+    def card_use(self) -> tuple[str, list[CardUse]]:
+        """Where the cards were read (``nvml``, ``nvidia-smi`` or ``none``) and what each process holds on
+        each card."""
+        ...
+
+
 class SystemReader:
     """Reads this machine: cards through NVML, else nvidia-smi, else none (a CPU node); host memory from
     ``/proc/meminfo``, within this process's control group's memory limit where it has one (as in a
@@ -170,11 +245,13 @@ class SystemReader:
         smi: Callable[[Sequence[str]], str | None] = run_smi,
         meminfo: str | Path = K.MEMINFO_PATH,
         cgroup: str | Path | None = K.CGROUP_PATH,
+        proc: str | Path = K.PROC_PATH,
     ) -> None:
         self._nvml = nvml
         self._smi = smi
         self._meminfo = Path(meminfo)
         self._cgroup = cgroup
+        self._proc = Path(proc)
         self.source = ""
         """Where the last cards came from: ``nvml``, ``nvidia-smi`` or ``none``."""
 
@@ -206,6 +283,43 @@ class SystemReader:
         host = memory_from_meminfo(self._meminfo.read_text(encoding="ascii"))
         limited = cgroup_memory(self._cgroup) if self._cgroup is not None else None
         return memory_within(host, *limited) if limited else host
+
+    def parents(self) -> dict[int, int]:
+        """Each process's parent from ``/proc/PID/stat``; one that ends while being read is left out."""
+        parents = {}
+        for entry in self._proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                ppid = parent_from_stat((entry / "stat").read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                continue
+            if ppid is not None:
+                parents[int(entry.name)] = ppid
+        return parents
+
+    def process_memory(self, pid: int) -> ProcessMemory | None:
+        """``VmRSS`` and ``VmHWM`` from ``/proc/PID/status`` (see ``process_memory_from_status``)."""
+        try:
+            text = (self._proc / str(pid) / "status").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        return process_memory_from_status(text)
+
+    def card_use(self) -> tuple[str, list[CardUse]]:
+        """What each compute process holds on each card: NVML's per-process figures, else nvidia-smi's
+        compute apps mapped to card indices by uuid, else none."""
+        api = self._nvml()
+        if api is not None:
+            try:
+                return "nvml", card_use_from_nvml(nvml_readings(api))
+            except api.NVMLError as e:
+                log.debug("nvml_failed", error=str(e))
+        listed = self._smi(K.SMI_CARDS_ARGS)
+        apps = self._smi(K.SMI_APPS_ARGS) if listed is not None else None
+        if listed is None or apps is None:
+            return "none", []
+        return "nvidia-smi", card_use_from_smi(listed, apps)
 
 
 def read_boot_id(path: str | Path = K.BOOT_ID_PATH) -> str:
