@@ -1,0 +1,140 @@
+"""What the engines were measured to hold reaches the workers through the heartbeats' footprints and
+counts in the next plan for the same model (``worker.observations``, ``planner.observed``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from planner.constants import GIB
+from planner.model import Option
+from producer import Client
+from tests.worker.helpers import drain, hb, request
+from worker import maintenance, metrics, observations
+from worker.footprints import Footprint
+from worker.records import JobState
+from worker.scripts import text
+
+SEQ = iter(range(1, 1_000_000))
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Iterator[None]:
+    observations.forget()
+    metrics.forget()
+    yield
+    observations.forget()
+    metrics.forget()
+
+
+def placed(client: Client) -> tuple[str, Option, str]:
+    """A job for the 8B model placed on one card: its id, its option, its hold id."""
+    job = client.submit(request())
+    drain(client)
+    rec = client.get(job)
+    assert rec.state is JobState.PLACED and rec.option is not None
+    return job, rec.option, rec.placement[0].hold_id
+
+
+def report(client: Client, node: str, footprints: dict[str, Footprint], gpus: int = 2) -> None:
+    """A heartbeat of ``node`` (an H100 node of ``gpus`` cards) with these footprints, then a sweep."""
+    started = tuple(footprints)
+    client.heartbeat(hb(node, "h100-80g", gpus=gpus, free=0, seq=next(SEQ), started=started) | {
+        "footprints": {h: f.model_dump(mode="json") for h, f in footprints.items()}
+    })  # fmt: skip
+    maintenance.sweep(client.store, force=True)
+
+
+def vllm(gib: float, version: str = "0.11.0", kv: float = 0.0) -> Footprint:
+    return Footprint(
+        engine="vllm", version=version, source="nvml", card_bytes=(int(gib * GIB),), kv_bytes=int(kv * GIB)
+    )
+
+
+def counted(name: str) -> int:
+    return int(metrics._pending.get(name, 0))
+
+
+def kept(client: Client) -> observations.Observed | None:
+    return observations.read(client.store, observations.identity(request()))
+
+
+def test_a_second_job_for_the_same_model_is_planned_observed_and_gets_more_memory(client: Client) -> None:
+    client.heartbeat(hb("g1", "h100-80g", gpus=2, seq=next(SEQ)))
+    _, first, hold = placed(client)
+    assert first.estimate == "measured"
+    over = first.need_gb * 1.3
+    report(client, "g1", {hold: vllm(over)})
+    observations.forget()  # as another worker: read from Redis
+    client.heartbeat(hb("g2", "h100-80g", gpus=2, seq=1))
+    _, second, _ = placed(client)
+    assert second.estimate == "observed" and second.runs == 1 and second.since
+    assert second.need_gb == pytest.approx(over * 1.05, rel=1e-3)
+    assert second.need_gb > first.need_gb and second.formula_gb == first.need_gb
+    assert second.to_json()["estimate"] == "observed" and second.to_json()["runs"] == 1
+
+
+def test_the_same_footprint_again_adds_nothing(client: Client) -> None:
+    client.heartbeat(hb("g1", "h100-80g", gpus=2, seq=next(SEQ)))
+    _, first, hold = placed(client)
+    for _ in range(3):
+        report(client, "g1", {hold: vllm(first.need_gb)})
+        maintenance.sweep(client.store, force=True)  # a sweeper that starts afresh takes it once more
+    got = kept(client)
+    assert got is not None and [len(k.runs) for k in got.kinds] == [1]
+
+
+def test_a_footprint_for_a_hold_not_on_its_node_is_refused(client: Client) -> None:
+    client.heartbeat(hb("g1", "h100-80g", gpus=2, seq=next(SEQ)))
+    client.heartbeat(hb("g2", "h100-80g", gpus=2, seq=next(SEQ)))
+    _, first, hold = placed(client)
+    other = "g2" if client.get(hold.split(":")[0]).placement[0].node_id == "g1" else "g1"
+    report(client, other, {hold: vllm(first.need_gb)})
+    assert kept(client) is None
+    assert counted("observations_refused") == 1
+
+
+def test_a_card_figure_past_the_card_is_refused(client: Client) -> None:
+    client.heartbeat(hb("g1", "h100-80g", gpus=2, seq=next(SEQ)))
+    _, _, hold = placed(client)
+    report(client, "g1", {hold: vllm(81)})
+    assert kept(client) is None
+    assert counted("observations_refused") == 1
+
+
+def test_an_outlier_is_kept_flagged_and_plans_nothing(client: Client) -> None:
+    client.heartbeat(hb("g1", "h100-80g", gpus=2, seq=next(SEQ)))
+    _, first, hold = placed(client)
+    report(client, "g1", {hold: vllm(first.need_gb * 2.5)})
+    got = kept(client)
+    assert got is not None and got.kinds[0].runs[0].flagged and got.kinds[0].runs[0].ratio > 2
+    assert counted("observations_flagged") == 1 and counted("observations_refused") == 0
+    client.heartbeat(hb("g2", "h100-80g", gpus=2, seq=1))
+    _, second, _ = placed(client)
+    assert second.estimate == "measured"
+    metrics.flush(client.redis, client.keys)
+    ratio = client.redis.hget(client.keys.stats, f"{observations.RATIO_FIELD}:vllm:h100-80g")
+    assert ratio is not None and float(text(ratio)) > 2
+
+
+def test_a_newer_engine_release_drops_the_older_runs(client: Client) -> None:
+    client.heartbeat(hb("g1", "h100-80g", gpus=2, seq=next(SEQ)))
+    _, first, old = placed(client)
+    _, _, new = placed(client)
+    report(client, "g1", {old: vllm(first.need_gb)})
+    report(client, "g1", {old: vllm(first.need_gb), new: vllm(first.need_gb * 1.1, "0.12.0")})
+    got = kept(client)
+    assert got is not None and len(got.kinds) == 1
+    assert got.kinds[0].version == "0.12.0" and [r.hold_id for r in got.kinds[0].runs] == [new]
+    report(client, "g1", {old: vllm(first.need_gb * 1.2), new: vllm(first.need_gb * 1.1, "0.12.0")})
+    got = kept(client)
+    assert got is not None and [r.hold_id for r in got.kinds[0].runs] == [new]  # an older release adds nothing
+
+
+def test_status_lists_the_model_furthest_off(client: Client) -> None:
+    client.heartbeat(hb("g1", "h100-80g", gpus=2, seq=next(SEQ)))
+    _, first, hold = placed(client)
+    report(client, "g1", {hold: vllm(first.need_gb * 1.5)})
+    (model, kind, run), *_ = observations.furthest_off(client.store)
+    assert model == request().model and kind.engine == "vllm" and run.ratio == pytest.approx(1.5, rel=1e-3)

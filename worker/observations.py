@@ -1,0 +1,376 @@
+"""What the engines of each model were measured to hold: taken from the node records' footprints
+(``worker.footprints``), judged, kept in ``observed:{identity}``, and read back for a plan
+(``planner.observed``).
+
+Ingest runs in the maintenance sweep (one sweeper at a time, off the wake-up path and the heartbeat
+script): every footprint in the pool as the sweeper's mirror holds it, skipping those it took already.
+
+- Trust: a footprint counts only for a hold on its own node (``held:{node}``, as the mirror holds it),
+  of a job whose replica holds it there; one whose figures are past the node's card or RAM, or that lists
+  another number of cards than the hold took, or another engine than the option's, is refused, counted
+  (``observations_refused``) and said in one line.
+- Judged against the formula: the option's need as the plan counted it by the formula
+  (``Option.formula_gb`` for an observed option). A figure under half or over twice that is kept and
+  flagged (``observations_flagged``): it shows in ``modelplan status`` and the ratio metric, and no plan
+  is counted from it.
+- Kept: per model (its identity: the request's files, by name and size), per kind of replica (artifact,
+  engine, card class and width, nodes, context, settings), the last ``OBSERVED_RUNS_KEPT`` runs at the
+  newest engine release seen: a newer release drops the runs of the older, a run of an older one is not
+  kept. The same hold's footprint again adds nothing; a larger one (a new peak) replaces its run's figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from planner.constants import GIB
+from planner.model import Engine, Option
+from planner.observed import Seen, kv_per_card, observed_bytes
+from planner.settings import NO_SETTINGS, merged
+from worker import constants as C
+from worker import logs, metrics
+from worker.config import settings
+from worker.errors import BadRecord
+from worker.footprints import Footprint
+from worker.ids import job_of_hold
+from worker.keys import CPU_CLASS
+from worker.pool import Snapshot
+from worker.records import JobRecord, ServeRequest, utcnow
+from worker.store import Store
+
+log = logs.get_logger("modelplan.observations")
+
+OUTLIER_LOW, OUTLIER_HIGH = 0.5, 2.0
+"""A footprint under half or over twice the formula's estimate is kept but flagged."""
+
+RATIO_FIELD = "estimate_observed_ratio"
+"""``stats`` fields ``{RATIO_FIELD}:{engine}:{gpu_class}``: the latest footprint over the formula."""
+
+
+class Run(BaseModel):
+    """One hold's footprint as kept: its largest card's figure (or the RAM's peak), the KV cache's part of
+    it (0 unknown), what the formula counted, and whether it was flagged."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hold_id: str
+    at: datetime
+    bytes: int
+    kv_bytes: int = 0
+    formula_bytes: int
+    ratio: float
+    flagged: bool = False
+
+
+class Kind(BaseModel):
+    """The runs of one kind of replica of a model, at one engine release."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    artifact: str
+    engine: Engine
+    gpu_class: str = ""
+    gpus_per_node: int = 0
+    nodes: int = 0
+    context: int
+    settings: tuple[str, ...] = ()
+    version: str = ""
+    runs: tuple[Run, ...] = ()
+
+    def seen(self, figure: int, kv_bytes: int, since: str = "") -> Seen:
+        """A run of this kind as a plan reads it."""
+        return Seen(
+            self.artifact,
+            self.engine,
+            self.gpu_class,
+            self.gpus_per_node,
+            self.nodes,
+            self.context,
+            self.settings,
+            figure,
+            kv_bytes,
+            1,
+            since,
+        )
+
+    def same(self, o: Kind) -> bool:
+        keep = ("artifact", "engine", "gpu_class", "gpus_per_node", "nodes", "context", "settings")
+        return all(getattr(self, f) == getattr(o, f) for f in keep)
+
+
+class Observed(BaseModel):
+    """``observed:{identity}``: a model's kinds of replica with their runs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    kinds: tuple[Kind, ...] = ()
+
+    @property
+    def furthest(self) -> float:
+        """The furthest any run's ratio is from 1, as ``|log2 ratio|`` (0: none)."""
+        return max((abs(math.log2(r.ratio)) for k in self.kinds for r in k.runs if r.ratio > 0), default=0.0)
+
+
+def identity(req: ServeRequest) -> str:
+    """What names a model across requests: a digest of its files' names and sizes (a request carries no
+    repository revision; the same files are the same model whatever the repository is called)."""
+    files = sorted((a.name, a.bytes, a.shards) for a in req.artifacts)
+    return hashlib.sha256(json.dumps(files).encode()).hexdigest()[:32]
+
+
+def release(version: str) -> tuple[int, ...]:
+    """An engine's release for ordering: its numbers in turn (``0.11.0`` → (0, 11, 0), ``b6500`` →
+    (6500,)); "" (unknown) before any."""
+    return tuple(int(n) for n in re.findall(r"\d+", version))
+
+
+# --- ingest ------------------------------------------------------------------------------------------------
+
+
+class Taken:
+    """The footprints a sweeper has taken already, by (node, hold): skipped while they stay the same."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, str], Footprint] = {}
+
+
+def ingest(store: Store, snap: Snapshot, taken: Taken | None = None) -> int:
+    """Take every footprint in ``snap`` not taken already: kept, flagged or refused. How many were kept."""
+    taken = taken if taken is not None else Taken()
+    live: dict[tuple[str, str], Footprint] = {}
+    kept = 0
+    for node_id, record in snap.records.items():
+        for hold_id, fp in record.footprints.items():
+            live[(node_id, hold_id)] = fp
+            if taken.seen.get((node_id, hold_id)) == fp:
+                continue
+            kept += _one(store, snap, node_id, hold_id, fp)
+    taken.seen = live
+    return kept
+
+
+def _refuse(node_id: str, hold_id: str, why: str) -> int:
+    metrics.count("observations_refused")
+    log.warning("footprint_refused", node=node_id, hold=hold_id, why=why)
+    return 0
+
+
+def _one(store: Store, snap: Snapshot, node_id: str, hold_id: str, fp: Footprint) -> int:
+    record = snap.records[node_id]
+    held = snap.held.get(node_id, {}).get(hold_id)
+    if held is None:
+        return _refuse(node_id, hold_id, "an agent reports only for holds on its own node")
+    try:
+        job = store.job(job_of_hold(hold_id))
+    except BadRecord:
+        return 0
+    option = _option_of(job, node_id, hold_id)
+    if job is None or option is None:
+        return 0  # released meanwhile: nothing to take it for
+    node = record.to_pool_node()
+    why = judge(fp, option, held.gpus, node.gpu_mem_gb, node.host_mem_gb)
+    if why:
+        return _refuse(node_id, hold_id, why)
+    figure = max(fp.card_bytes) if not option.cpu else max(fp.ram_bytes, fp.ram_peak_bytes)
+    if not figure:
+        return 0  # nothing measured yet
+    req = job.request
+    formula_gb = option.formula_gb or option.need_gb
+    run_settings = merged(req.settings or NO_SETTINGS, settings())
+    kv_now = kv_per_card(req.planned_artifacts(), req.shape, req.context, run_settings)(option)
+    kind = Kind(
+        artifact=option.artifact,
+        engine=option.engine,
+        gpu_class=option.gpu_class,
+        gpus_per_node=option.gpus_per_node,
+        nodes=option.nodes,
+        context=req.context,
+        settings=option.settings,
+        version=fp.version,
+    )
+    comparable = observed_bytes(kind.seen(figure, fp.kv_bytes), req.context, kv_now) or figure
+    ratio = round(comparable / max(formula_gb * GIB, 1.0), 4)
+    flagged = not OUTLIER_LOW <= ratio <= OUTLIER_HIGH
+    if flagged:
+        metrics.count("observations_flagged")
+        log.warning("footprint_flagged", node=node_id, hold=hold_id, ratio=ratio, model=req.model)
+    run = Run(
+        hold_id=hold_id,
+        at=utcnow(),
+        bytes=figure,
+        kv_bytes=fp.kv_bytes,
+        formula_bytes=int(formula_gb * GIB),
+        ratio=ratio,
+        flagged=flagged,
+    )
+    stored = keep(store, identity(req), req.model, kind, run)
+    if stored:
+        field = f"{RATIO_FIELD}:{option.engine}:{option.gpu_class or CPU_CLASS}"
+        store.redis.hset(store.keys.stats, field, ratio)
+    return int(stored)
+
+
+def judge(fp: Footprint, option: Option, cards: int, card_gb: int, ram_gb: int) -> str:
+    """Why a footprint cannot be what it says of a hold of ``cards`` cards of ``card_gb`` GiB on a node
+    of ``ram_gb`` GiB of RAM; "" when it can."""
+    if fp.engine != option.engine:
+        return f"engine {fp.engine} is not the option's {option.engine}"
+    if not option.cpu and fp.card_bytes and len(fp.card_bytes) != cards:
+        return f"{len(fp.card_bytes)} card figures for a hold of {cards} cards"
+    past = [b for b in fp.card_bytes if b > card_gb * GIB]
+    if past:
+        return f"a card figure of {past[0] / GIB:.1f} GiB is past the card's {card_gb} GiB"
+    ram = max(fp.ram_bytes, fp.ram_peak_bytes)
+    if ram > ram_gb * GIB:
+        return f"{ram / GIB:.1f} GiB of RAM is past the node's {ram_gb} GiB"
+    if fp.kv_bytes and fp.kv_bytes > max(fp.card_bytes or (ram,)):
+        return "its KV cache is more than its whole figure"
+    return ""
+
+
+def _option_of(job: JobRecord | None, node_id: str, hold_id: str) -> Option | None:
+    if job is None:
+        return None
+    for rep in job.replicas:
+        if any(r.hold_id == hold_id and r.node_id == node_id for r in rep.placement):
+            return rep.option
+    return None
+
+
+def keep(store: Store, ident: str, model: str, kind: Kind, run: Run) -> bool:
+    """Add ``run`` to ``kind``'s runs in ``observed:{ident}``; False when it adds nothing (the same hold's
+    figures again, or a run of an older release than those kept)."""
+    k, r = store.keys, store.redis
+    old = read(store, ident) or Observed(model=model)
+    kinds = list(old.kinds)
+    at = next((i for i, x in enumerate(kinds) if x.same(kind)), None)
+    if at is None:
+        kinds.append(kind.model_copy(update={"runs": (run,)}))
+    else:
+        had = kinds[at]
+        if release(kind.version) < release(had.version):
+            return False  # an older release than the runs kept
+        runs = had.runs if release(kind.version) == release(had.version) else ()
+        same = next((x for x in runs if x.hold_id == run.hold_id), None)
+        if same is not None:
+            if run.bytes <= same.bytes:
+                return False
+            run = run.model_copy(update={"at": same.at})
+            runs = tuple(x for x in runs if x.hold_id != run.hold_id)
+        kinds[at] = kind.model_copy(update={"runs": (*runs, run)[-C.OBSERVED_RUNS_KEPT :]})
+    new = Observed(model=model, kinds=tuple(kinds[-C.OBSERVED_KINDS_KEPT :]))
+    with r.pipeline(transaction=True) as pipe:
+        pipe.set(k.observed(ident), new.model_dump_json(), ex=C.OBSERVED_TTL_S)
+        pipe.zadd(k.observed_models, {ident: time.time()})
+        pipe.zadd(k.estimates_off, {ident: new.furthest})
+        pipe.execute()
+    _trim(store)
+    _cache[ident] = (time.monotonic(), new)
+    return True
+
+
+def _trim(store: Store) -> None:
+    """Drop the models written longest ago past ``OBSERVED_MODELS_KEPT``."""
+    k, r = store.keys, store.redis
+    over = int(r.zcard(k.observed_models)) - C.OBSERVED_MODELS_KEPT
+    if over <= 0:
+        return
+    gone = [m.decode() if isinstance(m, bytes) else str(m) for m in r.zrange(k.observed_models, 0, over - 1)]
+    with r.pipeline(transaction=True) as pipe:
+        pipe.delete(*(k.observed(i) for i in gone))
+        pipe.zrem(k.observed_models, *gone)
+        pipe.zrem(k.estimates_off, *gone)
+        pipe.execute()
+
+
+# --- reading -----------------------------------------------------------------------------------------------
+
+_cache: dict[str, tuple[float, Observed | None]] = {}
+
+
+def read(store: Store, ident: str) -> Observed | None:
+    """``observed:{ident}``, or None when there is none or it does not parse (then it is said once and
+    written over by the next run)."""
+    raw = store.redis.get(store.keys.observed(ident))
+    if raw is None:
+        return None
+    try:
+        return Observed.model_validate_json(raw)
+    except ValidationError as e:
+        log.warning("observed_unreadable", identity=ident, error=str(e)[:200])
+        return None
+
+
+def seen_for(store: Store, req: ServeRequest) -> tuple[Seen, ...]:
+    """What a plan for ``req`` is counted with: each unflagged run of its model, read at most once every
+    ``OBSERVED_REREAD_S`` by this process."""
+    ident = identity(req)
+    now = time.monotonic()
+    got = _cache.get(ident)
+    if got is None or now - got[0] > C.OBSERVED_REREAD_S:
+        if len(_cache) >= C.OBSERVED_CACHE_KEPT:
+            _cache.clear()
+        got = _cache[ident] = (now, read(store, ident))
+    return as_seen(got[1])
+
+
+def prefetch(store: Store, reqs: Iterable[ServeRequest]) -> None:
+    """Read in one round trip the observations of the models of ``reqs`` this process does not hold
+    fresh: a wake-up pass plans many jobs, each with its model's."""
+    now = time.monotonic()
+    stale = list(
+        {i for i in map(identity, reqs) if (got := _cache.get(i)) is None or now - got[0] > C.OBSERVED_REREAD_S}
+    )
+    if not stale:
+        return
+    if len(_cache) + len(stale) >= C.OBSERVED_CACHE_KEPT:
+        _cache.clear()
+    for ident, raw in zip(stale, store.redis.mget([store.keys.observed(i) for i in stale]), strict=True):
+        try:
+            _cache[ident] = (now, Observed.model_validate_json(raw) if raw is not None else None)
+        except ValidationError:
+            _cache[ident] = (now, None)
+
+
+def as_seen(observed: Observed | None) -> tuple[Seen, ...]:
+    if observed is None:
+        return ()
+    return tuple(
+        k.seen(r.bytes, r.kv_bytes, r.at.date().isoformat()) for k in observed.kinds for r in k.runs if not r.flagged
+    )
+
+
+def forget() -> None:
+    """Drop what this process read (tests)."""
+    _cache.clear()
+
+
+def furthest_off(store: Store, count: int = 5) -> list[tuple[str, Kind, Run]]:
+    """The models whose estimate was furthest off: for each, its model name, and its kind and run whose
+    footprint was furthest from the formula."""
+    k, r = store.keys, store.redis
+    idents = [i.decode() if isinstance(i, bytes) else str(i) for i in r.zrevrange(k.estimates_off, 0, count - 1)]
+    out = []
+    for _, raw in zip(idents, r.mget([k.observed(i) for i in idents]) if idents else [], strict=True):
+        try:
+            obs = Observed.model_validate_json(raw) if raw is not None else None
+        except ValidationError:
+            obs = None
+        worst = _worst(obs.kinds) if obs else None
+        if obs is not None and worst is not None:
+            out.append((obs.model, *worst))
+    return out
+
+
+def _worst(kinds: Iterable[Kind]) -> tuple[Kind, Run] | None:
+    pairs: Sequence[tuple[Kind, Run]] = [(k, r) for k in kinds for r in k.runs if r.ratio > 0]
+    return max(pairs, key=lambda p: abs(math.log2(p[1].ratio)), default=None)
