@@ -44,6 +44,7 @@ from worker.ids import job_of_hold
 from worker.keys import CPU_CLASS
 from worker.pool import Snapshot
 from worker.records import JobRecord, ServeRequest, utcnow
+from worker.scripts import text
 from worker.store import Store
 
 log = logs.get_logger("modelplan.observations")
@@ -284,7 +285,7 @@ def _trim(store: Store) -> None:
     over = int(r.zcard(k.observed_models)) - C.OBSERVED_MODELS_KEPT
     if over <= 0:
         return
-    gone = [m.decode() if isinstance(m, bytes) else str(m) for m in r.zrange(k.observed_models, 0, over - 1)]
+    gone = [text(m) for m in r.zrange(k.observed_models, 0, over - 1)]
     with r.pipeline(transaction=True) as pipe:
         pipe.delete(*(k.observed(i) for i in gone))
         pipe.zrem(k.observed_models, *gone)
@@ -358,9 +359,9 @@ def furthest_off(store: Store, count: int = 5) -> list[tuple[str, Kind, Run]]:
     """The models whose estimate was furthest off: for each, its model name, and its kind and run whose
     footprint was furthest from the formula."""
     k, r = store.keys, store.redis
-    idents = [i.decode() if isinstance(i, bytes) else str(i) for i in r.zrevrange(k.estimates_off, 0, count - 1)]
+    idents = [text(i) for i in r.zrange(k.estimates_off, 0, count - 1, desc=True)]
     out = []
-    for _, raw in zip(idents, r.mget([k.observed(i) for i in idents]) if idents else [], strict=True):
+    for raw in r.mget([k.observed(i) for i in idents]) if idents else []:
         try:
             obs = Observed.model_validate_json(raw) if raw is not None else None
         except ValidationError:

@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from planner.constants import GIB
 from planner.model import Option
 from producer import Client
+from producer.metrics import exposition
+from producer.render import job_text, status_text
 from tests.worker.helpers import drain, hb, request
 from worker import maintenance, metrics, observations
 from worker.footprints import Footprint
@@ -68,11 +71,13 @@ def test_a_second_job_for_the_same_model_is_planned_observed_and_gets_more_memor
     report(client, "g1", {hold: vllm(over)})
     observations.forget()  # as another worker: read from Redis
     client.heartbeat(hb("g2", "h100-80g", gpus=2, seq=1))
-    _, second, _ = placed(client)
+    job, second, _ = placed(client)
     assert second.estimate == "observed" and second.runs == 1 and second.since
     assert second.need_gb == pytest.approx(over * 1.05, rel=1e-3)
     assert second.need_gb > first.need_gb and second.formula_gb == first.need_gb
     assert second.to_json()["estimate"] == "observed" and second.to_json()["runs"] == 1
+    said = job_text(client.get(job))
+    assert f"{second.need_gb:.1f} GiB, observed (1 run since {second.since}; the formula {first.need_gb:.1f})" in said
 
 
 def test_the_same_footprint_again_adds_nothing(client: Client) -> None:
@@ -138,3 +143,20 @@ def test_status_lists_the_model_furthest_off(client: Client) -> None:
     report(client, "g1", {hold: vllm(first.need_gb * 1.5)})
     (model, kind, run), *_ = observations.furthest_off(client.store)
     assert model == request().model and kind.engine == "vllm" and run.ratio == pytest.approx(1.5, rel=1e-3)
+    said = status_text(client.pool(), client.counts(), [], off=observations.furthest_off(client.store))
+    assert "estimates furthest off what the engines held:" in said
+    assert f"{model}: original on 1 × h100-80g (vllm 0.11.0, context 8192): seen" in said and "(x1.50)" in said
+
+
+def test_the_ratio_reaches_the_metric(client: Client) -> None:
+    client.heartbeat(hb("g1", "h100-80g", gpus=2, seq=next(SEQ)))
+    _, first, hold = placed(client)
+    report(client, "g1", {hold: vllm(first.need_gb * 1.2)})
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(exposition(client))
+        for s in f.samples
+    }
+    assert got[("modelplan_estimate_observed_ratio", (("engine", "vllm"), ("gpu_class", "h100-80g")))] == (
+        pytest.approx(1.2, rel=1e-3)
+    )
