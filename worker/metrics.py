@@ -1,7 +1,8 @@
 """What a worker measures for the metrics exporter: plan and commit times, commit conflicts, the wake-up
 latency, and the engines' footprints refused and flagged (``worker.observations``, which also sets each
-engine and card class's latest footprint over the formula in ``stats`` itself), kept in this process and added to the ``stats`` hash in Redis every maintenance
-interval, so that one exporter (``modelplan metrics``) reports every worker's.
+engine and card class's latest footprint over the formula in ``stats`` itself), kept in this process
+and added to the ``stats`` hash in Redis every maintenance interval, so that one exporter (``modelplan
+metrics``) reports every worker's.
 
 Histograms are stored as Prometheus has them: a cumulative count for each upper bound
 (``{name}:bucket:{le}``), ``{name}:sum`` and ``{name}:count``; counters as ``{name}``. A worker killed

@@ -28,11 +28,12 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from planner.constants import GIB
-from planner.model import Engine, Option
+from planner.model import Artifact, Engine, Option
 from planner.observed import Seen, kv_per_card, observed_bytes
 from planner.settings import NO_SETTINGS, merged
 from worker import constants as C
@@ -124,7 +125,13 @@ class Observed(BaseModel):
 def identity(req: ServeRequest) -> str:
     """What names a model across requests: a digest of its files' names and sizes (a request carries no
     repository revision; the same files are the same model whatever the repository is called)."""
-    files = sorted((a.name, a.bytes, a.shards) for a in req.artifacts)
+    return _digest(req.artifacts)
+
+
+@lru_cache(maxsize=C.OBSERVED_CACHE_KEPT)
+def _digest(artifacts: tuple[Artifact, ...]) -> str:
+    """Worked out once per set of files: a wake-up pass asks it of every job it plans."""
+    files = sorted((a.name, a.bytes, a.shards) for a in artifacts)
     return hashlib.sha256(json.dumps(files).encode()).hexdigest()[:32]
 
 
@@ -181,7 +188,7 @@ def _one(store: Store, snap: Snapshot, node_id: str, hold_id: str, fp: Footprint
     why = judge(fp, option, held.gpus, node.gpu_mem_gb, node.host_mem_gb)
     if why:
         return _refuse(node_id, hold_id, why)
-    figure = max(fp.card_bytes) if not option.cpu else max(fp.ram_bytes, fp.ram_peak_bytes)
+    figure = max(fp.card_bytes, default=0) if not option.cpu else max(fp.ram_bytes, fp.ram_peak_bytes)
     if not figure:
         return 0  # nothing measured yet
     req = job.request

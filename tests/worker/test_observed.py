@@ -160,3 +160,47 @@ def test_the_ratio_reaches_the_metric(client: Client) -> None:
     assert got[("modelplan_estimate_observed_ratio", (("engine", "vllm"), ("gpu_class", "h100-80g")))] == (
         pytest.approx(1.2, rel=1e-3)
     )
+
+
+def test_a_cpu_replica_of_the_same_model_holds_the_ram_its_engine_was_seen_to_take(client: Client) -> None:
+    client.heartbeat(hb("cpu-1", "", host=128, seq=next(SEQ)))
+    gguf = request("llama-3-8b-gguf", context=4096)
+    first = client.submit(gguf)
+    drain(client)
+    rec = client.get(first)
+    assert rec.state is JobState.PLACED and rec.option is not None and rec.option.cpu
+    held = rec.placement[0].host_gb
+    fp = Footprint(engine="llamacpp", version="b6500", source="proc", ram_bytes=int(held * 1.2 * GIB))
+    beat = hb("cpu-1", "", host=128, seq=next(SEQ), started=(rec.placement[0].hold_id,))
+    client.heartbeat(beat | {"footprints": {rec.placement[0].hold_id: fp.model_dump(mode="json")}})
+    maintenance.sweep(client.store, force=True)
+    second = client.get(client.submit(gguf))
+    assert second.state is JobState.QUEUED
+    drain(client)
+    second = client.get(second.job_id)
+    assert second.option is not None and second.option.estimate == "observed"
+    assert second.placement[0].host_gb == pytest.approx(held * 1.2 * 1.05, rel=1e-3)
+    assert second.placement[0].host_gb > held
+
+
+@pytest.mark.parametrize(
+    "fp",
+    [
+        Footprint(engine="vllm", version="0.11.0", source="proc", ram_bytes=GIB),
+        Footprint(engine="vllm", version="0.11.0", source="nvml"),
+    ],
+    ids=["RAM only for a card's hold", "nothing measured yet"],
+)
+def test_a_footprint_with_no_card_figure_for_a_cards_hold_keeps_nothing(client: Client, fp: Footprint) -> None:
+    client.heartbeat(hb("g1", "h100-80g", gpus=2, seq=next(SEQ)))
+    _, _, hold = placed(client)
+    report(client, "g1", {hold: fp})
+    assert observations.ingest(client.store, client.store.snapshot()) == 0  # taken afresh: nothing, no error
+    assert kept(client) is None and counted("observations_refused") == 0
+
+
+def test_a_footprint_of_another_engine_than_the_options_is_refused(client: Client) -> None:
+    client.heartbeat(hb("g1", "h100-80g", gpus=2, seq=next(SEQ)))
+    _, _, hold = placed(client)
+    report(client, "g1", {hold: Footprint(engine="llamacpp", source="nvml", card_bytes=(GIB,))})
+    assert kept(client) is None and counted("observations_refused") == 1
