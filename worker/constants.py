@@ -250,3 +250,6 @@ OBSERVED_REREAD_S = 10.0
 """How long a worker plans with a model's observations as it read them before it reads them again."""
 OBSERVED_CACHE_KEPT = 4096
 """Models whose observations one worker keeps read at a time."""
+OBSERVED_TAKEN_KEPT = 1 << 17
+"""Footprints a sweeper remembers having taken (node, hold), so as not to take them again; past it, they
+are forgotten and the next are taken once more (which adds nothing)."""

@@ -21,6 +21,7 @@ from worker.errors import BadRecord
 from worker.ids import planning_job_id
 from worker.mirrored import MirroredStore
 from worker.records import JobRecord, JobState, utcnow
+from worker.reports import FOOTPRINTS
 from worker.scripts import text
 from worker.store import now_ms
 
@@ -181,7 +182,12 @@ def _holds(store: MirroredStore, now: int, force: bool, state: SweepState) -> in
 
 def _footprints(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
     """What the engines were measured to hold, from the node records' footprints (``worker.observations``)."""
-    return observations.ingest(store, store.snapshot(), state.footprints)
+    records = FOOTPRINTS.take()
+    try:
+        return observations.ingest(store, records, state.footprints)
+    except BaseException:
+        FOOTPRINTS.give_back(records)  # taken again next sweep
+        raise
 
 
 def _quarantine(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:

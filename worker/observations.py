@@ -3,9 +3,10 @@
 (``planner.observed``).
 
 Ingest runs in the maintenance sweep (one sweeper at a time, off the wake-up path and the heartbeat
-script): every footprint in the pool as the sweeper's mirror holds it, skipping those it took already.
+script): the node records with footprints this process's mirrors read as they changed
+(``worker.reports.FOOTPRINTS``: a worker reads them anyway), skipping the footprints it took already.
 
-- Trust: a footprint counts only for a hold on its own node (``held:{node}``, as the mirror holds it),
+- Trust: a footprint counts only for a hold on its own node (``held:{node}``, read as it is taken),
   of a job whose replica holds it there; one whose figures are past the node's card or RAM, or that lists
   another number of cards than the hold took, or another engine than the option's, is refused, counted
   (``observations_refused``) and said in one line.
@@ -26,7 +27,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
 
@@ -39,12 +40,12 @@ from planner.settings import NO_SETTINGS, merged
 from worker import constants as C
 from worker import logs, metrics
 from worker.config import settings
-from worker.errors import BadRecord
 from worker.footprints import Footprint
 from worker.ids import job_of_hold
 from worker.keys import CPU_CLASS
-from worker.pool import Snapshot
+from worker.pool import Held
 from worker.records import JobRecord, ServeRequest, utcnow
+from worker.reports import NodeRecord
 from worker.scripts import text
 from worker.store import Store
 
@@ -87,25 +88,14 @@ class Kind(BaseModel):
     version: str = ""
     runs: tuple[Run, ...] = ()
 
+    @property
+    def where(self) -> tuple[str, Engine, str, int, int, int, tuple[str, ...]]:
+        """What makes a kind: artifact, engine, card class, cards a node, nodes, context, settings."""
+        return (self.artifact, self.engine, self.gpu_class, self.gpus_per_node, self.nodes, self.context, self.settings)
+
     def seen(self, figure: int, kv_bytes: int, since: str = "") -> Seen:
         """A run of this kind as a plan reads it."""
-        return Seen(
-            self.artifact,
-            self.engine,
-            self.gpu_class,
-            self.gpus_per_node,
-            self.nodes,
-            self.context,
-            self.settings,
-            figure,
-            kv_bytes,
-            1,
-            since,
-        )
-
-    def same(self, o: Kind) -> bool:
-        keep = ("artifact", "engine", "gpu_class", "gpus_per_node", "nodes", "context", "settings")
-        return all(getattr(self, f) == getattr(o, f) for f in keep)
+        return Seen(*self.where, figure, kv_bytes, 1, since)
 
 
 class Observed(BaseModel):
@@ -151,18 +141,33 @@ class Taken:
         self.seen: dict[tuple[str, str], Footprint] = {}
 
 
-def ingest(store: Store, snap: Snapshot, taken: Taken | None = None) -> int:
-    """Take every footprint in ``snap`` not taken already: kept, flagged or refused. How many were kept."""
+def ingest(store: Store, records: Mapping[str, NodeRecord], taken: Taken | None = None) -> int:
+    """Take the footprints of ``records`` (node records by node id) not taken already: kept, flagged or
+    refused. Two round trips for them all (their holds, their jobs), and one more for each run kept. How
+    many were kept."""
     taken = taken if taken is not None else Taken()
-    live: dict[tuple[str, str], Footprint] = {}
+    todo = [
+        (node_id, hold_id, fp, record)
+        for node_id, record in records.items()
+        for hold_id, fp in record.footprints.items()
+        if taken.seen.get((node_id, hold_id)) != fp
+    ]
+    if not todo:
+        return 0
+    with store.redis.pipeline(transaction=False) as pipe:
+        for node_id, hold_id, _, _ in todo:
+            pipe.hget(store.keys.held(node_id), hold_id)
+        holds = pipe.execute()
+    job_ids = sorted({job_of_hold(hold_id) for _, hold_id, _, _ in todo})
+    jobs = dict(zip(job_ids, store.jobs(job_ids), strict=True))
+    if len(taken.seen) > C.OBSERVED_TAKEN_KEPT:
+        taken.seen.clear()
     kept = 0
-    for node_id, record in snap.records.items():
-        for hold_id, fp in record.footprints.items():
-            live[(node_id, hold_id)] = fp
-            if taken.seen.get((node_id, hold_id)) == fp:
-                continue
-            kept += _one(store, snap, node_id, hold_id, fp)
-    taken.seen = live
+    for (node_id, hold_id, fp, record), raw in zip(todo, holds, strict=True):
+        job = jobs[job_of_hold(hold_id)]
+        held = Held.parse(raw) if raw is not None else None
+        kept += _one(store, record, node_id, hold_id, fp, held, job if isinstance(job, JobRecord) else None)
+        taken.seen[(node_id, hold_id)] = fp
     return kept
 
 
@@ -172,15 +177,17 @@ def _refuse(node_id: str, hold_id: str, why: str) -> int:
     return 0
 
 
-def _one(store: Store, snap: Snapshot, node_id: str, hold_id: str, fp: Footprint) -> int:
-    record = snap.records[node_id]
-    held = snap.held.get(node_id, {}).get(hold_id)
-    if held is None:
+def _one(
+    store: Store,
+    record: NodeRecord,
+    node_id: str,
+    hold_id: str,
+    fp: Footprint,
+    held: Held | None,
+    job: JobRecord | None,
+) -> int:
+    if held is None or held.unreadable:
         return _refuse(node_id, hold_id, "an agent reports only for holds on its own node")
-    try:
-        job = store.job(job_of_hold(hold_id))
-    except BadRecord:
-        return 0
     option = _option_of(job, node_id, hold_id)
     if job is None or option is None:
         return 0  # released meanwhile: nothing to take it for
@@ -260,7 +267,7 @@ def keep(store: Store, ident: str, model: str, kind: Kind, run: Run) -> bool:
     k, r = store.keys, store.redis
     old = read(store, ident) or Observed(model=model)
     kinds = list(old.kinds)
-    at = next((i for i, x in enumerate(kinds) if x.same(kind)), None)
+    at = next((i for i, x in enumerate(kinds) if x.where == kind.where), None)
     if at is None:
         kinds.append(kind.model_copy(update={"runs": (run,)}))
     else:

@@ -17,6 +17,7 @@ from tests.worker.helpers import drain, hb, request
 from worker import maintenance, metrics, observations
 from worker.footprints import Footprint
 from worker.records import JobState
+from worker.reports import FOOTPRINTS
 from worker.scripts import text
 
 SEQ = iter(range(1, 1_000_000))
@@ -24,6 +25,7 @@ SEQ = iter(range(1, 1_000_000))
 
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
+    FOOTPRINTS.take()  # what another test's mirrors read
     observations.forget()
     metrics.forget()
     yield
@@ -46,6 +48,12 @@ def report(client: Client, node: str, footprints: dict[str, Footprint], gpus: in
     client.heartbeat(hb(node, "h100-80g", gpus=gpus, free=0, seq=next(SEQ), started=started) | {
         "footprints": {h: f.model_dump(mode="json") for h, f in footprints.items()}
     })  # fmt: skip
+    settle(client)
+
+
+def settle(client: Client) -> None:
+    """A worker's mirror keeps up with the pool (reading the changed node records), then its sweep runs."""
+    client.store.snapshot()
     maintenance.sweep(client.store, force=True)
 
 
@@ -173,7 +181,7 @@ def test_a_cpu_replica_of_the_same_model_holds_the_ram_its_engine_was_seen_to_ta
     fp = Footprint(engine="llamacpp", version="b6500", source="proc", ram_bytes=int(held * 1.2 * GIB))
     beat = hb("cpu-1", "", host=128, seq=next(SEQ), started=(rec.placement[0].hold_id,))
     client.heartbeat(beat | {"footprints": {rec.placement[0].hold_id: fp.model_dump(mode="json")}})
-    maintenance.sweep(client.store, force=True)
+    settle(client)
     second = client.get(client.submit(gguf))
     assert second.state is JobState.QUEUED
     drain(client)
@@ -195,7 +203,8 @@ def test_a_footprint_with_no_card_figure_for_a_cards_hold_keeps_nothing(client: 
     client.heartbeat(hb("g1", "h100-80g", gpus=2, seq=next(SEQ)))
     _, _, hold = placed(client)
     report(client, "g1", {hold: fp})
-    assert observations.ingest(client.store, client.store.snapshot()) == 0  # taken afresh: nothing, no error
+    record = client.store.snapshot().records["g1"]
+    assert observations.ingest(client.store, {"g1": record}) == 0  # taken afresh: nothing, and no error
     assert kept(client) is None and counted("observations_refused") == 0
 
 
