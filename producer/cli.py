@@ -38,7 +38,7 @@ from producer.render import (
     status_text,
 )
 from producer.settingsargs import settings_from_args
-from worker import observations
+from worker import observed
 from worker.beats import Beat
 from worker.config import REDIS_URL_ENV, configure_logging, estimate, redact, redis_url
 from worker.config import settings as deployment_settings
@@ -224,7 +224,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         client.check_indexes()
         refused = refusals(client.redis, client.keys) or []
         found = client.quarantined(), client.conflicts(), refused
-        off = observations.furthest_off(client.store)
+        off = observed.furthest_off(client.store)
         return status_text(client.pool(), client.counts(), live, *found, workers=client.workers_alive(), off=off)
 
     print(_reading(read))

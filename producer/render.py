@@ -10,7 +10,7 @@ from planner import Estimate, Option
 from producer.refusals import Refusal
 from worker.beats import Beat
 from worker.conflicts import ConflictRecord
-from worker.observations import Kind, Run
+from worker.observed import Kind, Run
 from worker.pool import Snapshot
 from worker.records import JobRecord, JobState
 

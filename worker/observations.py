@@ -22,20 +22,14 @@ script): the node records with footprints this process's mirrors read as they ch
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
-from functools import lru_cache
+from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+import redis
 
 from planner.constants import GIB
-from planner.model import Artifact, Engine, Option
-from planner.observed import Seen, kv_per_card, observed_bytes
+from planner.model import Option
+from planner.observed import kv_per_card, observed_bytes
 from planner.settings import NO_SETTINGS, merged
 from worker import constants as C
 from worker import logs, metrics
@@ -43,8 +37,9 @@ from worker.config import settings
 from worker.footprints import Footprint
 from worker.ids import job_of_hold
 from worker.keys import CPU_CLASS
+from worker.observed import Kind, Observed, Run, identity, parsed, release, remember
 from worker.pool import Held
-from worker.records import JobRecord, ServeRequest, utcnow
+from worker.records import JobRecord, utcnow
 from worker.reports import NodeRecord
 from worker.scripts import text
 from worker.store import Store
@@ -56,79 +51,6 @@ OUTLIER_LOW, OUTLIER_HIGH = 0.5, 2.0
 
 RATIO_FIELD = "estimate_observed_ratio"
 """``stats`` fields ``{RATIO_FIELD}:{engine}:{gpu_class}``: the latest footprint over the formula."""
-
-
-class Run(BaseModel):
-    """One hold's footprint as kept: its largest card's figure (or the RAM's peak), the KV cache's part of
-    it (0 unknown), what the formula counted, and whether it was flagged."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    hold_id: str
-    at: datetime
-    bytes: int
-    kv_bytes: int = 0
-    formula_bytes: int
-    ratio: float
-    flagged: bool = False
-
-
-class Kind(BaseModel):
-    """The runs of one kind of replica of a model, at one engine release."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    artifact: str
-    engine: Engine
-    gpu_class: str = ""
-    gpus_per_node: int = 0
-    nodes: int = 0
-    context: int
-    settings: tuple[str, ...] = ()
-    version: str = ""
-    runs: tuple[Run, ...] = ()
-
-    @property
-    def where(self) -> tuple[str, Engine, str, int, int, int, tuple[str, ...]]:
-        """What makes a kind: artifact, engine, card class, cards a node, nodes, context, settings."""
-        return (self.artifact, self.engine, self.gpu_class, self.gpus_per_node, self.nodes, self.context, self.settings)
-
-    def seen(self, figure: int, kv_bytes: int, since: str = "") -> Seen:
-        """A run of this kind as a plan reads it."""
-        return Seen(*self.where, figure, kv_bytes, 1, since)
-
-
-class Observed(BaseModel):
-    """``observed:{identity}``: a model's kinds of replica with their runs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: str
-    kinds: tuple[Kind, ...] = ()
-
-    @property
-    def furthest(self) -> float:
-        """The furthest any run's ratio is from 1, as ``|log2 ratio|`` (0: none)."""
-        return max((abs(math.log2(r.ratio)) for k in self.kinds for r in k.runs if r.ratio > 0), default=0.0)
-
-
-def identity(req: ServeRequest) -> str:
-    """What names a model across requests: a digest of its files' names and sizes (a request carries no
-    repository revision; the same files are the same model whatever the repository is called)."""
-    return _digest(req.artifacts)
-
-
-@lru_cache(maxsize=C.OBSERVED_CACHE_KEPT)
-def _digest(artifacts: tuple[Artifact, ...]) -> str:
-    """Worked out once per set of files: a wake-up pass asks it of every job it plans."""
-    files = sorted((a.name, a.bytes, a.shards) for a in artifacts)
-    return hashlib.sha256(json.dumps(files).encode()).hexdigest()[:32]
-
-
-def release(version: str) -> tuple[int, ...]:
-    """An engine's release for ordering: its numbers in turn (``0.11.0`` → (0, 11, 0), ``b6500`` →
-    (6500,)); "" (unknown) before any."""
-    return tuple(int(n) for n in re.findall(r"\d+", version))
 
 
 # --- ingest ------------------------------------------------------------------------------------------------
@@ -263,34 +185,49 @@ def _option_of(job: JobRecord | None, node_id: str, hold_id: str) -> Option | No
 
 def keep(store: Store, ident: str, model: str, kind: Kind, run: Run) -> bool:
     """Add ``run`` to ``kind``'s runs in ``observed:{ident}``; False when it adds nothing (the same hold's
-    figures again, or a run of an older release than those kept)."""
+    figures again, or a run of an older release than those kept). Written only over what it read (a
+    sweep that overran its lock may meet another): read again and retried when the key changed between."""
     k, r = store.keys, store.redis
-    old = read(store, ident) or Observed(model=model)
-    kinds = list(old.kinds)
+    key = k.observed(ident)
+    for _ in range(C.PLAN_ATTEMPTS):
+        with r.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)  # type: ignore[no-untyped-call]
+                new = added(parsed(ident, pipe.get(key)), model, kind, run)
+                if new is None:
+                    return False
+                pipe.multi()
+                pipe.set(key, new.model_dump_json(), ex=C.OBSERVED_TTL_S)
+                pipe.zadd(k.observed_models, {ident: time.time()})
+                pipe.zadd(k.estimates_off, {ident: new.furthest})
+                pipe.execute()
+            except redis.WatchError:
+                continue
+        _trim(store)
+        remember(ident, new)
+        return True
+    return False
+
+
+def added(old: Observed | None, model: str, kind: Kind, run: Run) -> Observed | None:
+    """``old`` with ``run`` of ``kind`` added; None when that adds nothing."""
+    kinds = list(old.kinds) if old is not None else []
     at = next((i for i, x in enumerate(kinds) if x.where == kind.where), None)
     if at is None:
         kinds.append(kind.model_copy(update={"runs": (run,)}))
     else:
         had = kinds[at]
         if release(kind.version) < release(had.version):
-            return False  # an older release than the runs kept
+            return None  # an older release than the runs kept
         runs = had.runs if release(kind.version) == release(had.version) else ()
         same = next((x for x in runs if x.hold_id == run.hold_id), None)
         if same is not None:
             if run.bytes <= same.bytes:
-                return False
+                return None
             run = run.model_copy(update={"at": same.at})
             runs = tuple(x for x in runs if x.hold_id != run.hold_id)
         kinds[at] = kind.model_copy(update={"runs": (*runs, run)[-C.OBSERVED_RUNS_KEPT :]})
-    new = Observed(model=model, kinds=tuple(kinds[-C.OBSERVED_KINDS_KEPT :]))
-    with r.pipeline(transaction=True) as pipe:
-        pipe.set(k.observed(ident), new.model_dump_json(), ex=C.OBSERVED_TTL_S)
-        pipe.zadd(k.observed_models, {ident: time.time()})
-        pipe.zadd(k.estimates_off, {ident: new.furthest})
-        pipe.execute()
-    _trim(store)
-    _cache[ident] = (time.monotonic(), new)
-    return True
+    return Observed(model=model, kinds=tuple(kinds[-C.OBSERVED_KINDS_KEPT :]))
 
 
 def _trim(store: Store) -> None:
@@ -305,87 +242,3 @@ def _trim(store: Store) -> None:
         pipe.zrem(k.observed_models, *gone)
         pipe.zrem(k.estimates_off, *gone)
         pipe.execute()
-
-
-# --- reading -----------------------------------------------------------------------------------------------
-
-_cache: dict[str, tuple[float, Observed | None]] = {}
-
-
-def read(store: Store, ident: str) -> Observed | None:
-    """``observed:{ident}``, or None when there is none or it does not parse (then it is said once and
-    written over by the next run)."""
-    raw = store.redis.get(store.keys.observed(ident))
-    if raw is None:
-        return None
-    try:
-        return Observed.model_validate_json(raw)
-    except ValidationError as e:
-        log.warning("observed_unreadable", identity=ident, error=str(e)[:200])
-        return None
-
-
-def seen_for(store: Store, req: ServeRequest) -> tuple[Seen, ...]:
-    """What a plan for ``req`` is counted with: each unflagged run of its model, read at most once every
-    ``OBSERVED_REREAD_S`` by this process."""
-    ident = identity(req)
-    now = time.monotonic()
-    got = _cache.get(ident)
-    if got is None or now - got[0] > C.OBSERVED_REREAD_S:
-        if len(_cache) >= C.OBSERVED_CACHE_KEPT:
-            _cache.clear()
-        got = _cache[ident] = (now, read(store, ident))
-    return as_seen(got[1])
-
-
-def prefetch(store: Store, reqs: Iterable[ServeRequest]) -> None:
-    """Read in one round trip the observations of the models of ``reqs`` this process does not hold
-    fresh: a wake-up pass plans many jobs, each with its model's."""
-    now = time.monotonic()
-    stale = list(
-        {i for i in map(identity, reqs) if (got := _cache.get(i)) is None or now - got[0] > C.OBSERVED_REREAD_S}
-    )
-    if not stale:
-        return
-    if len(_cache) + len(stale) >= C.OBSERVED_CACHE_KEPT:
-        _cache.clear()
-    for ident, raw in zip(stale, store.redis.mget([store.keys.observed(i) for i in stale]), strict=True):
-        try:
-            _cache[ident] = (now, Observed.model_validate_json(raw) if raw is not None else None)
-        except ValidationError:
-            _cache[ident] = (now, None)
-
-
-def as_seen(observed: Observed | None) -> tuple[Seen, ...]:
-    if observed is None:
-        return ()
-    return tuple(
-        k.seen(r.bytes, r.kv_bytes, r.at.date().isoformat()) for k in observed.kinds for r in k.runs if not r.flagged
-    )
-
-
-def forget() -> None:
-    """Drop what this process read (tests)."""
-    _cache.clear()
-
-
-def furthest_off(store: Store, count: int = 5) -> list[tuple[str, Kind, Run]]:
-    """The models whose estimate was furthest off: for each, its model name, and its kind and run whose
-    footprint was furthest from the formula."""
-    k, r = store.keys, store.redis
-    idents = [text(i) for i in r.zrange(k.estimates_off, 0, count - 1, desc=True)]
-    out = []
-    for raw in r.mget([k.observed(i) for i in idents]) if idents else []:
-        try:
-            obs = Observed.model_validate_json(raw) if raw is not None else None
-        except ValidationError:
-            obs = None
-        worst = _worst(obs.kinds) if obs else None
-        if obs is not None and worst is not None:
-            out.append((obs.model, *worst))
-    return out
-
-
-def _worst(kinds: Iterable[Kind]) -> tuple[Kind, Run] | None:
-    pairs: Sequence[tuple[Kind, Run]] = [(k, r) for k in kinds for r in k.runs if r.ratio > 0]
-    return max(pairs, key=lambda p: abs(math.log2(p[1].ratio)), default=None)

@@ -19,7 +19,7 @@ from planner.observed import Seen
 from planner.settings import NO_SETTINGS, merged
 from worker import calls as calls_
 from worker import constants as C
-from worker import logs, metrics, observations
+from worker import logs, metrics, observed
 from worker.classes import class_of, waits_on
 from worker.config import estimate, settings
 from worker.errors import BadRecord
@@ -118,7 +118,7 @@ def _running(rec: JobRecord) -> list[Running]:
 
 def plan_for(rec: JobRecord, snap: Snapshot, wanted: int | None = None, seen: Sequence[Seen] = ()) -> JobPlan:
     """A plan for ``rec`` on ``snap``, counted with what its model's engines were seen to hold
-    (``seen``: ``worker.observations.seen_for``)."""
+    (``seen``: ``worker.observed.seen_for``)."""
     req = rec.request
     return plan_job(
         req.planned_artifacts(),
@@ -323,7 +323,7 @@ def settle(store: MirroredStore, rec: JobRecord) -> JobRecord | None:
         # the first try plans on the read made with the job's record (``claim``), or one a moment old: its
         # commit re-checks what it relies on
         snap = store.recent_snapshot(C.SNAPSHOT_REUSE_S if attempt == 1 else 0.0)
-        seen = observations.seen_for(store, rec.request)
+        seen = observed.seen_for(store, rec.request)
         plan = plan_for(rec, snap, seen=seen)
         if plan.outcome == "failed" and attempt == 1:
             # a failure is final and its commit re-checks nothing: decided on the pool as it is now (a node

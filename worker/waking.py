@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from planner.decide import Hold, JobPlan, nominate, same_layout, take
 from worker import constants as C
-from worker import logs, metrics, observations
+from worker import logs, metrics, observed
 from worker.errors import BadRecord
 from worker.mirrored import MirroredStore
 from worker.planning import Change, change_for, commit, commit_all, nominated_cards, plan_for, readable_job
@@ -54,7 +54,7 @@ def wake_pass(store: MirroredStore, full: bool = False) -> int:
     heads: set[str] = set()
     # each job planned in turn on what the ones before it take, and all committed in one round trip
     batch: list[tuple[JobRecord, Change, Staged]] = []
-    observations.prefetch(store, (rec.request for _, rec in wanted if isinstance(rec, JobRecord)))
+    observed.prefetch(store, (rec.request for _, rec in wanted if isinstance(rec, JobRecord)))
     for job_id, rec in wanted:
         if isinstance(rec, BadRecord):
             store.fail_unreadable_job(job_id, rec)
@@ -91,7 +91,7 @@ def wake_pass(store: MirroredStore, full: bool = False) -> int:
 
 def _change(store: MirroredStore, rec: JobRecord, snap: Snapshot, heads: set[str], now: datetime) -> Change | None:
     """What a pass makes of a pending job on ``snap`` at ``now``: None when it only restates the record."""
-    plan = plan_for(rec, snap, seen=observations.seen_for(store, rec.request))
+    plan = plan_for(rec, snap, seen=observed.seen_for(store, rec.request))
     nomination, lapsed = _nomination(rec, plan, snap, heads, now)
     change = change_for(rec, plan, nomination, now=now, lapsed=lapsed)
     return None if _unchanged(rec, change) else change

@@ -14,9 +14,9 @@ from producer import Client
 from producer.metrics import exposition
 from producer.render import job_text, status_text
 from tests.worker.helpers import drain, hb, request
-from worker import maintenance, metrics, observations
+from worker import maintenance, metrics, observations, observed
 from worker.footprints import Footprint
-from worker.records import JobState
+from worker.records import JobState, utcnow
 from worker.reports import FOOTPRINTS
 from worker.scripts import text
 
@@ -26,10 +26,10 @@ SEQ = iter(range(1, 1_000_000))
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
     FOOTPRINTS.take()  # what another test's mirrors read
-    observations.forget()
+    observed.forget()
     metrics.forget()
     yield
-    observations.forget()
+    observed.forget()
     metrics.forget()
 
 
@@ -67,8 +67,8 @@ def counted(name: str) -> int:
     return int(metrics._pending.get(name, 0))
 
 
-def kept(client: Client) -> observations.Observed | None:
-    return observations.read(client.store, observations.identity(request()))
+def kept(client: Client) -> observed.Observed | None:
+    return observed.read(client.store, observed.identity(request()))
 
 
 def test_a_second_job_for_the_same_model_is_planned_observed_and_gets_more_memory(client: Client) -> None:
@@ -77,7 +77,7 @@ def test_a_second_job_for_the_same_model_is_planned_observed_and_gets_more_memor
     assert first.estimate == "measured"
     over = first.need_gb * 1.3
     report(client, "g1", {hold: vllm(over)})
-    observations.forget()  # as another worker: read from Redis
+    observed.forget()  # as another worker: read from Redis
     client.heartbeat(hb("g2", "h100-80g", gpus=2, seq=1))
     job, second, _ = placed(client)
     assert second.estimate == "observed" and second.runs == 1 and second.since
@@ -149,9 +149,9 @@ def test_status_lists_the_model_furthest_off(client: Client) -> None:
     client.heartbeat(hb("g1", "h100-80g", gpus=2, seq=next(SEQ)))
     _, first, hold = placed(client)
     report(client, "g1", {hold: vllm(first.need_gb * 1.5)})
-    (model, kind, run), *_ = observations.furthest_off(client.store)
+    (model, kind, run), *_ = observed.furthest_off(client.store)
     assert model == request().model and kind.engine == "vllm" and run.ratio == pytest.approx(1.5, rel=1e-3)
-    said = status_text(client.pool(), client.counts(), [], off=observations.furthest_off(client.store))
+    said = status_text(client.pool(), client.counts(), [], off=observed.furthest_off(client.store))
     assert "estimates furthest off what the engines held:" in said
     assert f"{model}: original on 1 × h100-80g (vllm 0.11.0, context 8192): seen" in said and "(x1.50)" in said
 
@@ -213,3 +213,31 @@ def test_a_footprint_of_another_engine_than_the_options_is_refused(client: Clien
     _, _, hold = placed(client)
     report(client, "g1", {hold: Footprint(engine="llamacpp", source="nvml", card_bytes=(GIB,))})
     assert kept(client) is None and counted("observations_refused") == 1
+
+
+def test_a_run_written_by_another_sweeper_meanwhile_is_not_lost(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sweepers may meet (one overran its lock): each writes over only what it read."""
+    ident = observed.identity(request())
+    kind = observations.Kind(artifact="original", engine="vllm", gpu_class="h100-80g", gpus_per_node=1, nodes=1,
+                             context=8192)  # fmt: skip
+    now = utcnow()
+
+    def run(hold: str) -> observed.Run:
+        return observed.Run(hold_id=hold, at=now, bytes=GIB, formula_bytes=GIB, ratio=1.0)
+
+    real, calls = observations.parsed, []
+
+    def meanwhile(ident_: str, raw: object) -> observed.Observed | None:
+        calls.append(ident_)
+        if len(calls) == 1:  # another sweeper writes between this one's read and its write
+            other = observations.added(None, "m", kind, run("j-2:0:1"))
+            assert other is not None
+            client.redis.set(client.keys.observed(ident), other.model_dump_json())
+        return real(ident_, raw)
+
+    monkeypatch.setattr(observations, "parsed", meanwhile)
+    assert observations.keep(client.store, ident, "m", kind, run("j-1:0:1"))
+    got = observed.read(client.store, ident)
+    assert got is not None and sorted(r.hold_id for r in got.kinds[0].runs) == ["j-1:0:1", "j-2:0:1"]
