@@ -220,14 +220,14 @@ def test_a_run_written_by_another_sweeper_meanwhile_is_not_lost(
 ) -> None:
     """Two sweepers may meet (one overran its lock): each writes over only what it read."""
     ident = observed.identity(request())
-    kind = observations.Kind(artifact="original", engine="vllm", gpu_class="h100-80g", gpus_per_node=1, nodes=1,
+    kind = observed.Kind(artifact="original", engine="vllm", gpu_class="h100-80g", gpus_per_node=1, nodes=1,
                              context=8192)  # fmt: skip
     now = utcnow()
 
     def run(hold: str) -> observed.Run:
         return observed.Run(hold_id=hold, at=now, bytes=GIB, formula_bytes=GIB, ratio=1.0)
 
-    real, calls = observations.parsed, []
+    real, calls = observed.parsed, []
 
     def meanwhile(ident_: str, raw: object) -> observed.Observed | None:
         calls.append(ident_)
