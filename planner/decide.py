@@ -19,6 +19,7 @@ from planner.constants import HOST_SHARE, gib
 from planner.estimate import DEFAULT_ESTIMATE, Estimate, engine_shape, llamacpp_host, llamacpp_split
 from planner.index import PoolIndex
 from planner.model import Artifact, Option, PoolNode, Shape
+from planner.observed import Seen, observe
 from planner.options import classes, gguf_kv_bytes, options, original_kv_bytes
 from planner.parallel import vllm_kv_spread, vllm_tp_allowed
 from planner.settings import NO_SETTINGS, Settings, llamacpp_run, vllm_run
@@ -215,6 +216,7 @@ def plan_job(
     held_for_others: Mapping[str, int] | None = None,
     estimate: Estimate = DEFAULT_ESTIMATE,
     settings: Settings = NO_SETTINGS,
+    seen: Sequence[Seen] = (),
 ) -> JobPlan:
     """Plan every replica of a job against ``nodes`` (what is free for this job): a list of nodes, indexed
     first, or an index or view of one (``planner.index``), on which a plan costs the kinds of node it
@@ -226,11 +228,14 @@ def plan_job(
     the best option that is free now; else it waits. ``ever_fit`` says an earlier plan found an option: such
     a job waits, rather than fails, when the pool no longer holds it; so does every job while the pool has
     no node (``NO_NODE_YET``), which a node joining wakes. ``estimate`` says how an engine's own
-    cost is counted, ``settings`` what the engines are started with.
+    cost is counted, ``settings`` what the engines are started with; ``seen`` what the engines of this
+    model were measured to hold (``planner.observed``), which counts an option of a kind they ran as.
     """
     kept, dropped = _scale(running, replicas)
     view = pool_view(nodes)
     ranked = tuple(options(artifacts, shape, view, context, estimate, settings))
+    if seen and ranked:
+        ranked = tuple(observe(ranked, seen, artifacts, shape, view, context, settings))
     if not ranked:
         why = why_unfit(artifacts, shape, view, context, estimate, settings)
         empty = not view  # no node to judge it by: an empty pool is not one that cannot hold it

@@ -3,7 +3,8 @@
 Names and JSON keys follow the seed: an ``Option`` serialises with the keys other services read
 (``artifact``, ``format``, ``engine``, ``cpu``, ``gpu_class``, ``fabric``, ``gpus_per_node``, ``nodes``,
 ``need_gb``, ``have_gb``, ``hosts``, ``free_now``, ``bits_per_weight``), leaving out the empty ones as
-the seed's ``omitempty`` does; ``estimate``, ``margin`` and ``settings`` are modelplan's own.
+the seed's ``omitempty`` does; ``estimate``, ``margin``, ``settings`` and an observed option's
+``formula_gb``, ``runs`` and ``since`` are modelplan's own.
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ class Option:
     bits_per_weight: float = 0.0
     """The artifact's precision, 0 when unknown."""
     estimate: str = ""
-    """How ``need_gb`` was counted: ``measured`` or ``seed`` (``planner.estimate``)."""
+    """How ``need_gb`` was counted: ``measured`` or ``seed`` (``planner.estimate``), or ``observed``: no
+    less than the engines of this kind of replica were seen to hold (``planner.observed``)."""
     margin: str = ""
     """Where the data behind the estimate are thin, so that it keeps a margin; empty where they are not."""
     settings: tuple[str, ...] = ()
@@ -144,6 +146,12 @@ class Option:
     on ...`` for llama-server, ``--max-num-seqs 256 ...`` for ``vllm serve``): those the request gave, and
     the engine's defaults on this card for the rest (``planner.settings``). Empty in options planned
     before settings were part of a plan."""
+    formula_gb: float = 0.0
+    """For an ``observed`` option, what the formula alone counted; 0 otherwise."""
+    runs: int = 0
+    """For an ``observed`` option, the runs its need was taken from."""
+    since: str = ""
+    """For an ``observed`` option, when the first of those runs was seen (ISO 8601 date)."""
 
     @property
     def gpus(self) -> int:
@@ -184,6 +192,8 @@ class Option:
             out["margin"] = self.margin
         if self.settings:
             out["settings"] = list(self.settings)
+        if self.runs:
+            out.update(formula_gb=self.formula_gb, runs=self.runs, since=self.since)
         return out
 
     @classmethod

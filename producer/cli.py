@@ -28,8 +28,17 @@ from producer.client import Client, request_from_repository
 from producer.limits import read_bounded
 from producer.named import flagged, load_repository
 from producer.refusals import refusals
-from producer.render import beat_text, estimates_text, job_text, options_table, settings_text, status_text
+from producer.render import (
+    beat_text,
+    estimates_text,
+    job_text,
+    observed_text,
+    options_table,
+    settings_text,
+    status_text,
+)
 from producer.settingsargs import settings_from_args
+from worker import observed
 from worker.beats import Beat
 from worker.config import REDIS_URL_ENV, configure_logging, estimate, redact, redis_url
 from worker.config import settings as deployment_settings
@@ -62,6 +71,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"note: {note}")
         print()
         print(estimates_text(by_estimate, chosen))
+        seen = observed_text(by_estimate[chosen])
+        if seen:
+            print("\n" + seen)
         started = settings_text(by_estimate[chosen])
         if started:
             print()
@@ -212,7 +224,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         client.check_indexes()
         refused = refusals(client.redis, client.keys) or []
         found = client.quarantined(), client.conflicts(), refused
-        return status_text(client.pool(), client.counts(), live, *found, workers=client.workers_alive())
+        off = observed.furthest_off(client.store)
+        return status_text(client.pool(), client.counts(), live, *found, workers=client.workers_alive(), off=off)
 
     print(_reading(read))
     return 0

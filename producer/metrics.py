@@ -31,6 +31,11 @@ metric                                     type       what
 ``modelplan_commit_seconds``               histogram  one commit (``transition.lua``)
 ``modelplan_commit_conflicts_total``       counter    commits that found their cards taken
 ``modelplan_wake_latency_seconds``         histogram  a heartbeat to a waiting replica placed
+``modelplan_observations_refused_total``   counter    engines' footprints refused (another node's
+                                                      hold, past the card or the RAM)
+``modelplan_observations_flagged_total``   counter    footprints under half or over twice the formula
+``modelplan_estimate_observed_ratio``      gauge      the latest footprint over the formula's estimate,
+``{engine,gpu_class}``                                by engine and card class (``cpu``: RAM)
 =========================================  =========  =============================================
 """
 
@@ -55,6 +60,7 @@ from worker.classes import class_of
 from worker.errors import RedisFailed
 from worker.keys import CPU_CLASS
 from worker.metrics import CONFLICT_HEARTBEATS, COUNTERS, HISTOGRAMS, bucket_field
+from worker.observations import RATIO_FIELD
 from worker.records import JobState, utcnow
 from worker.scripts import text
 
@@ -156,10 +162,19 @@ def _stats(raw: Any) -> Iterator[Metric]:
         yield HistogramMetricFamily(
             f"{NAMESPACE}_{name}", helps[name], buckets=buckets, sum_value=stats.get(f"{name}:sum", 0.0)
         )
-    for name in COUNTERS:
-        yield CounterMetricFamily(
-            f"{NAMESPACE}_{name}", "Commits that found their cards taken since the plan", value=stats.get(name, 0.0)
-        )
+    for name, help_text in COUNTERS.items():
+        yield CounterMetricFamily(f"{NAMESPACE}_{name}", help_text, value=stats.get(name, 0.0))
+    ratio = GaugeMetricFamily(
+        f"{NAMESPACE}_{RATIO_FIELD}",
+        "The latest footprint an engine was measured to hold over the formula's estimate",
+        labels=["engine", "gpu_class"],
+    )
+    for field, value in sorted(stats.items()):
+        head, _, rest = field.partition(":")
+        engine, _, gpu_class = rest.partition(":")
+        if head == RATIO_FIELD and engine and gpu_class:
+            ratio.add_metric([engine, gpu_class], value)
+    yield ratio
     yield CounterMetricFamily(
         f"{NAMESPACE}_{CONFLICT_HEARTBEATS}",
         "Heartbeats refused because two agents publish under their node id",

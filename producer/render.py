@@ -10,6 +10,7 @@ from planner import Estimate, Option
 from producer.refusals import Refusal
 from worker.beats import Beat
 from worker.conflicts import ConflictRecord
+from worker.observed import Kind, Run
 from worker.pool import Snapshot
 from worker.records import JobRecord, JobState
 
@@ -55,6 +56,30 @@ def settings_text(opts: Sequence[Option]) -> str:
     return "\n".join(f"#{','.join(n)} {engine}: {' '.join(args)}" for (engine, *args), n in by_settings.items())
 
 
+def observed_line(o: Option) -> str:
+    """An ``observed`` option's need in words: what it counts, from how many runs since when, and the
+    formula's figure beside it."""
+    runs = f"{o.runs} run{'s' if o.runs != 1 else ''}"
+    return f"{o.need_gb:.1f} GiB, observed ({runs} since {o.since}; the formula {o.formula_gb:.1f})"
+
+
+def observed_text(opts: Sequence[Option]) -> str:
+    """Each option counted from what its engines were seen to hold: ``#1 observed: ...``."""
+    return "\n".join(f"#{i} {observed_line(o)}" for i, o in enumerate(opts, 1) if o.runs)
+
+
+def off_line(model: str, kind: Kind, run: Run) -> str:
+    """A model whose estimate was off: the run furthest from the formula, and where it ran."""
+    where = f"{kind.gpus_per_node} × {kind.gpu_class}" if kind.gpu_class else "CPU"
+    flagged = " (flagged: not planned with)" if run.flagged else ""
+    seen, formula = run.bytes / 2**30, run.formula_bytes / 2**30
+    release = f" {kind.version}" if kind.version else ""
+    return (
+        f"  {model}: {kind.artifact} on {where} ({kind.engine}{release}, context {kind.context}): "
+        f"seen {seen:.1f} GiB, the formula {formula:.1f} (x{run.ratio:.2f}){flagged}"
+    )
+
+
 def estimates_text(by_estimate: Mapping[Estimate, Sequence[Option]], chosen: Estimate) -> str:
     """The best option under each estimate, so that a person sees what counting with the engines' own
     profiles saves against the seed's rule (or costs), and where the estimate keeps a margin."""
@@ -96,6 +121,8 @@ def job_text(rec: JobRecord, workers: int | None = None) -> str:
     ]
     if rec.option is not None:
         lines.append(f"  best:    {rec.option.artifact} on {rec.option.label} ({rec.option.engine})")
+        if rec.option.runs:
+            lines.append(f"  need:    {observed_line(rec.option)}")
     for rep in rec.replicas:
         where = f"{rep.option.artifact} on {rep.option.label}" if rep.option else "-"
         nodes = ", ".join(
@@ -231,11 +258,13 @@ def status_text(
     conflicts: Sequence[ConflictRecord] = (),
     refused: Sequence[Refusal] = (),
     workers: int | None = None,
+    off: Sequence[tuple[str, Kind, Run]] = (),
 ) -> str:
     """The pool drawn as cards, then each node id two agents publish under and each kind of write the
     server's ACL refused a login, then the jobs at a glance and the engine settings each job's best option
-    was sized for, then one line for each stored record that does not parse. ``workers``: how many workers
-    are running, said below the pool."""
+    was sized for, then the models whose estimate was furthest from what their engines were seen to hold
+    (``off``), then one line for each stored record that does not parse. ``workers``: how many workers are
+    running, said below the pool."""
     n = len(snap.records)
     out = [f"{n} node{'' if n == 1 else 's'} in the pool", pool_picture(snap)] if n else [pool_picture(snap)]
     out += [workers_text(workers)] if workers is not None else []
@@ -247,6 +276,7 @@ def status_text(
     out += [
         f"{r.job_id} {r.option.engine}: {' '.join(r.option.settings)}" for r in jobs if r.option and r.option.settings
     ]
+    out += ["estimates furthest off what the engines held:", *(off_line(*o) for o in off)] if off else []
     for key, found in sorted((quarantined or {}).items()):
         action = f" ({found['action']})" if found.get("action") else ""
         out.append(f"unreadable record {key}: {found.get('what', '?')}{action}")

@@ -236,3 +236,20 @@ commands sent one by one; a busy worker sends one such pipeline a second instead
 RESTARTS_TAKEN = 1000
 """Restart notices a waker takes at once (``restarts``): a rack's worth, each one RQ task; the rest wait for
 the next pass."""
+
+OBSERVED_RUNS_KEPT = 8
+"""Footprints kept per kind of replica of a model (``observed:{identity}``): the latest runs at the newest
+engine release; a plan takes the largest."""
+OBSERVED_KINDS_KEPT = 32
+"""Kinds of replica kept per model (artifact, card class and width, context, settings): the latest."""
+OBSERVED_MODELS_KEPT = 10_000
+"""Models with observations kept (``observed``): past it, those written longest ago are dropped."""
+OBSERVED_TTL_S = 30 * 86_400
+"""A model's observations go 30 days after its last run was taken: its engines may have changed since."""
+OBSERVED_REREAD_S = 10.0
+"""How long a worker plans with a model's observations as it read them before it reads them again."""
+OBSERVED_CACHE_KEPT = 4096
+"""Models whose observations one worker keeps read at a time."""
+OBSERVED_TAKEN_KEPT = 1 << 17
+"""Footprints a sweeper remembers having taken (node, hold), so as not to take them again; past it, they
+are forgotten and the next are taken once more (which adds nothing)."""

@@ -75,6 +75,11 @@ key (after the prefix)                  type    TTL                   written by
                                                                       that its replicas have every earlier
                                                                       write
 ``lock:{name}``                         string  its holder's          maintenance: one sweeper at a time
+``observed:{identity}``                 string  OBSERVED_TTL_S        worker.observations: a model's
+                                                                      footprints (JSON Observed)
+``observed``, ``estimates:off`` (zset)  zset    none                  worker.observations: models by when
+                                                                      last written, and by how far their
+                                                                      estimate was off
 ``hub:{repo}@{revision}``               string  HUB_CACHE_TTL_S       producer.hub: a repository's
                                                                       listing and config, as resolved
 ``quarantine``                          hash    none                  worker.quarantine: the key of each
@@ -356,6 +361,20 @@ class Keys:
 
     def lock(self, name: str) -> str:
         return f"{self._p}lock:{check_id(name, 'lock')}"
+
+    def observed(self, identity: str) -> str:
+        """A model's footprints as the engines were measured (``worker.observations``)."""
+        return f"{self._p}observed:{check_id(identity, 'identity')}"
+
+    @property
+    def observed_models(self) -> str:
+        """The models with footprints kept, by when they were last written: the oldest go past a cap."""
+        return f"{self._p}observed"
+
+    @property
+    def estimates_off(self) -> str:
+        """The models with footprints kept, by how far their estimate was off (``|log2 ratio|``)."""
+        return f"{self._p}estimates:off"
 
     def hub(self, repo_id: str, revision: str) -> str:
         """The cached listing and config of a Hub repository (``org/name``) at a revision."""

@@ -1,7 +1,8 @@
 """The periodic sweep: what no event announces. A worker whose lease ran out, a node that went silent, a
 job queued but never picked up, finished jobs past their time, wake-up keys of the wrong type, the
-safety-net re-plan of every waiting job, holds no job owns (``orphans``), and quarantine entries whose
-record is fixed. One worker at a time sweeps (a short lock), however many run.
+safety-net re-plan of every waiting job, holds no job owns (``orphans``), quarantine entries whose
+record is fixed, and the engines' footprints the node records carry (``observations``). One worker at
+a time sweeps (a short lock), however many run.
 
 Each step stands alone: one that fails (a command the login may not run, a key of the wrong type, a bug)
 is logged once for as long as it keeps failing the same way, and the steps after it run all the same.
@@ -14,12 +15,13 @@ from datetime import datetime
 
 import redis
 
-from worker import conflicts, logs, moves, orphans, planning, quarantine, retry
+from worker import conflicts, logs, moves, observations, orphans, planning, quarantine, retry
 from worker import constants as C
 from worker.errors import BadRecord
 from worker.ids import planning_job_id
 from worker.mirrored import MirroredStore
 from worker.records import JobRecord, JobState, utcnow
+from worker.reports import FOOTPRINTS
 from worker.scripts import text
 from worker.store import now_ms
 
@@ -33,6 +35,7 @@ class SweepState:
     def __init__(self) -> None:
         self.failing: dict[str, str] = {}
         self.orphans = orphans.Seen()
+        self.footprints = observations.Taken()
 
 
 Step = Callable[[MirroredStore, int, bool, SweepState], int]
@@ -177,6 +180,16 @@ def _holds(store: MirroredStore, now: int, force: bool, state: SweepState) -> in
     return orphans.reclaim(store, state.orphans)
 
 
+def _footprints(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
+    """What the engines were measured to hold, from the node records' footprints (``worker.observations``)."""
+    records = FOOTPRINTS.take()
+    try:
+        return observations.ingest(store, records, state.footprints)
+    except BaseException:
+        FOOTPRINTS.give_back(records)  # taken again next sweep
+        raise
+
+
 def _quarantine(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
     return quarantine.prune(store.redis, store.keys)
 
@@ -191,6 +204,7 @@ STEPS: dict[str, Step] = {
     "waiting_sweep": _waiting,
     "holds_reclaimed": _holds,
     "quarantine_cleared": _quarantine,
+    "footprints_observed": _footprints,
 }
 """The sweep's steps in the order they run, by the name each is counted and logged under."""
 

@@ -1,6 +1,8 @@
-"""What a worker measures for the metrics exporter: plan and commit times, commit conflicts, and the
-wake-up latency, kept in this process and added to the ``stats`` hash in Redis every maintenance
-interval, so that one exporter (``modelplan metrics``) reports every worker's.
+"""What a worker measures for the metrics exporter: plan and commit times, commit conflicts, the wake-up
+latency, and the engines' footprints refused and flagged (``worker.observations``, which also sets each
+engine and card class's latest footprint over the formula in ``stats`` itself), kept in this process
+and added to the ``stats`` hash in Redis every maintenance interval, so that one exporter (``modelplan
+metrics``) reports every worker's.
 
 Histograms are stored as Prometheus has them: a cumulative count for each upper bound
 (``{name}:bucket:{le}``), ``{name}:sum`` and ``{name}:count``; counters as ``{name}``. A worker killed
@@ -24,7 +26,12 @@ HISTOGRAMS: dict[str, tuple[float, ...]] = {
     # a heartbeat every 5 s: a wake-up within one interval is the design, past it something lagged
     "wake_latency_seconds": (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 }
-COUNTERS = ("commit_conflicts",)
+COUNTERS = {
+    "commit_conflicts": "Commits that found their cards taken since the plan",
+    "observations_refused": "Footprints refused: for a hold not on the reporting node, or past its card or RAM",
+    "observations_flagged": "Footprints under half or over twice the formula's estimate (kept, not planned with)",
+}
+"""Each counter with what it counts (``modelplan_{name}_total``)."""
 CONFLICT_HEARTBEATS = "conflict_heartbeats"
 """The counter of heartbeats refused because two agents claim their node id: ``heartbeat.lua`` adds to
 it in ``stats`` as it refuses them, not a worker."""

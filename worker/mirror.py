@@ -23,6 +23,7 @@ from worker.changes import ChangeKind, PoolChange
 from worker.errors import BadRecord
 from worker.keys import Keys
 from worker.pool import Held, ParsedNode, Snapshot, parse_cache, read_holds
+from worker.reports import FOOTPRINTS
 
 NEVER = 1 << 62
 """When a node with no TTL lapses (a record written by hand): never."""
@@ -115,6 +116,8 @@ class Mirror:
             except BadRecord as e:
                 unread.append(Unread(e, "left out of the pool"))
                 continue
+            if parsed[node_id].record.footprints:
+                FOOTPRINTS.put(node_id, parsed[node_id].record)
             mirror.expires(node_id, read.server_ms + max(ttl, 0) if ttl != -1 else NEVER)
         held = {n: mirror._holds(n, raw, unread) for n, raw in read.holds.items()}
         parse_cache.trim(raws)
@@ -167,6 +170,8 @@ class Mirror:
                 self.drop(node_id)
                 continue
             pool.put_node(node_id, parsed)
+            if parsed.record.footprints:  # for the sweep to take (``worker.observations``)
+                FOOTPRINTS.put(node_id, parsed.record)
             self.expires(node_id, read.server_ms + ttl if ttl >= 0 else NEVER)
         for node_id, raw_holds in read.holds.items():
             pool.put_holds(node_id, self._holds(node_id, raw_holds, unread))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from worker import logs
+from worker import logs, observed
 from worker.classes import class_of, clear_all, waits_on
 from worker.ids import job_of_hold
 from worker.mirrored import MirroredStore
@@ -69,7 +69,7 @@ def lose_node(store: MirroredStore, job_id: str, node_id: str, reason: str, boot
         )
         snap = store.snapshot().copy()
         snap.apply((), lost_holds)  # planned as if already freed, as they are by this very step
-        change = change_for(bare, plan_for(bare, snap), now=utcnow())
+        change = change_for(bare, plan_for(bare, snap, seen=observed.seen_for(store, rec.request)), now=utcnow())
         new = change.new.model_copy(update={"reason": f"{reason}; {change.new.reason}"})
         code, _ = commit(store, rec, replace(change, new=new, clear=(*lost_holds, *change.clear)), snap)
         if code is Reply.OK:

@@ -19,7 +19,7 @@ import redis
 
 from planner import InvalidInput
 from worker import constants as C
-from worker import logs, owners
+from worker import logs, observed, owners
 from worker.classes import clear_all
 from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
@@ -358,7 +358,8 @@ def scale(store: MirroredStore, job_id: str, replicas: int, acting: Acting = ANY
             new = rec.advance(rec.state, at=utcnow(), wanted=replicas, reason=f"scaled to {replicas}")
             return new if store.transition(rec, new, reason=new.reason, score=now_ms()).ok else AGAIN
         snap = store.snapshot()
-        change = change_for(rec, plan_for(rec, snap, wanted=replicas), now=utcnow())
+        seen = observed.seen_for(store, rec.request)
+        change = change_for(rec, plan_for(rec, snap, wanted=replicas, seen=seen), now=utcnow())
         code, new_rec = commit(store, rec, change, snap)
         if new_rec is not None:
             return new_rec

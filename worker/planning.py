@@ -15,10 +15,11 @@ from datetime import datetime, timedelta
 
 from planner.decide import Hold, JobPlan, ReplicaPlan, Running, Wait, plan_job
 from planner.decide import Outcome as PlanOutcome
+from planner.observed import Seen
 from planner.settings import NO_SETTINGS, merged
 from worker import calls as calls_
 from worker import constants as C
-from worker import logs, metrics
+from worker import logs, metrics, observed
 from worker.classes import class_of, waits_on
 from worker.config import estimate, settings
 from worker.errors import BadRecord
@@ -115,7 +116,9 @@ def _running(rec: JobRecord) -> list[Running]:
     ]
 
 
-def plan_for(rec: JobRecord, snap: Snapshot, wanted: int | None = None) -> JobPlan:
+def plan_for(rec: JobRecord, snap: Snapshot, wanted: int | None = None, seen: Sequence[Seen] = ()) -> JobPlan:
+    """A plan for ``rec`` on ``snap``, counted with what its model's engines were seen to hold
+    (``seen``: ``worker.observed.seen_for``)."""
     req = rec.request
     return plan_job(
         req.planned_artifacts(),
@@ -129,6 +132,7 @@ def plan_for(rec: JobRecord, snap: Snapshot, wanted: int | None = None) -> JobPl
         held_for_others=snap.held_for_others(rec.job_id),
         estimate=req.estimate or estimate(),
         settings=merged(req.settings or NO_SETTINGS, settings()),
+        seen=seen,
     )
 
 
@@ -319,12 +323,13 @@ def settle(store: MirroredStore, rec: JobRecord) -> JobRecord | None:
         # the first try plans on the read made with the job's record (``claim``), or one a moment old: its
         # commit re-checks what it relies on
         snap = store.recent_snapshot(C.SNAPSHOT_REUSE_S if attempt == 1 else 0.0)
-        plan = plan_for(rec, snap)
+        seen = observed.seen_for(store, rec.request)
+        plan = plan_for(rec, snap, seen=seen)
         if plan.outcome == "failed" and attempt == 1:
             # a failure is final and its commit re-checks nothing: decided on the pool as it is now (a node
             # that can hold the job may have joined since the reused read)
             snap = store.snapshot()
-            plan = plan_for(rec, snap)
+            plan = plan_for(rec, snap, seen=seen)
         if attempt == C.PLAN_ATTEMPTS:
             plan = _without_new_holds(plan)
         code, new = commit(store, rec, change_for(rec, plan, now=utcnow()), snap)

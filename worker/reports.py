@@ -3,7 +3,8 @@ stored record as ``heartbeat.lua`` reads it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -61,6 +62,39 @@ class NodeRecord(Heartbeat):
     schema_version: SchemaVersion = SCHEMA_VERSION
     received_at: datetime
 
+
+class Inbox:
+    """The node records with footprints this process's mirrors read as they changed, the latest by node,
+    until the maintenance sweep takes them (``worker.observations``): so that the sweep reads no node
+    itself, and a worker notes one as it reads it anyway. Thread-safe (the sweep runs in its own thread);
+    bounded by ``kept`` nodes (past it, emptied: a footprint is sent with every heartbeat, and the next
+    change brings it again)."""
+
+    def __init__(self, kept: int = 1 << 17) -> None:
+        self._lock = threading.Lock()
+        self._records: dict[str, NodeRecord] = {}
+        self._kept = kept
+
+    def put(self, node_id: str, record: NodeRecord) -> None:
+        with self._lock:
+            if len(self._records) >= self._kept and node_id not in self._records:
+                self._records.clear()
+            self._records[node_id] = record
+
+    def take(self) -> dict[str, NodeRecord]:
+        with self._lock:
+            out, self._records = self._records, {}
+        return out
+
+    def give_back(self, records: Mapping[str, NodeRecord]) -> None:
+        """Records taken and not done with: kept unless a newer one came meanwhile."""
+        with self._lock:
+            for node_id, record in records.items():
+                self._records.setdefault(node_id, record)
+
+
+FOOTPRINTS = Inbox()
+"""This process's node records with footprints, for its sweeps."""
 
 _AT = TypeAdapter(datetime)
 

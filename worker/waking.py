@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from planner.decide import Hold, JobPlan, nominate, same_layout, take
 from worker import constants as C
-from worker import logs, metrics
+from worker import logs, metrics, observed
 from worker.errors import BadRecord
 from worker.mirrored import MirroredStore
 from worker.planning import Change, change_for, commit, commit_all, nominated_cards, plan_for, readable_job
@@ -54,13 +54,14 @@ def wake_pass(store: MirroredStore, full: bool = False) -> int:
     heads: set[str] = set()
     # each job planned in turn on what the ones before it take, and all committed in one round trip
     batch: list[tuple[JobRecord, Change, Staged]] = []
+    observed.prefetch(store, (rec.request for _, rec in wanted if isinstance(rec, JobRecord)))
     for job_id, rec in wanted:
         if isinstance(rec, BadRecord):
             store.fail_unreadable_job(job_id, rec)
             continue
         if rec is None or not rec.pending:
             continue
-        change = _change(rec, snap, heads, now)
+        change = _change(store, rec, snap, heads, now)
         if change is not None:
             batch.append((rec, change, snap.stage(change.place, change.clear)))
     moved = 0
@@ -80,7 +81,7 @@ def wake_pass(store: MirroredStore, full: bool = False) -> int:
     for rec in again:  # refused, or planned on what a refused change took: once more, alone, on the pool now
         snap = store.snapshot()
         fresh = readable_job(store, rec.job_id)
-        change = _change(fresh, snap, heads, utcnow()) if fresh is not None and fresh.pending else None
+        change = _change(store, fresh, snap, heads, utcnow()) if fresh is not None and fresh.pending else None
         if fresh is not None and change is not None:
             _, new = commit(store, fresh, change, snap)
             moved += _placed(fresh, change, new, snap) if new is not None else 0
@@ -88,9 +89,9 @@ def wake_pass(store: MirroredStore, full: bool = False) -> int:
     return moved
 
 
-def _change(rec: JobRecord, snap: Snapshot, heads: set[str], now: datetime) -> Change | None:
+def _change(store: MirroredStore, rec: JobRecord, snap: Snapshot, heads: set[str], now: datetime) -> Change | None:
     """What a pass makes of a pending job on ``snap`` at ``now``: None when it only restates the record."""
-    plan = plan_for(rec, snap)
+    plan = plan_for(rec, snap, seen=observed.seen_for(store, rec.request))
     nomination, lapsed = _nomination(rec, plan, snap, heads, now)
     change = change_for(rec, plan, nomination, now=now, lapsed=lapsed)
     return None if _unchanged(rec, change) else change

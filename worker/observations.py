@@ -1,0 +1,244 @@
+"""What the engines of each model were measured to hold: taken from the node records' footprints
+(``worker.footprints``), judged, kept in ``observed:{identity}``, and read back for a plan
+(``planner.observed``).
+
+Ingest runs in the maintenance sweep (one sweeper at a time, off the wake-up path and the heartbeat
+script): the node records with footprints this process's mirrors read as they changed
+(``worker.reports.FOOTPRINTS``: a worker reads them anyway), skipping the footprints it took already.
+
+- Trust: a footprint counts only for a hold on its own node (``held:{node}``, read as it is taken),
+  of a job whose replica holds it there; one whose figures are past the node's card or RAM, or that lists
+  another number of cards than the hold took, or another engine than the option's, is refused, counted
+  (``observations_refused``) and said in one line.
+- Judged against the formula: the option's need as the plan counted it by the formula
+  (``Option.formula_gb`` for an observed option). A figure under half or over twice that is kept and
+  flagged (``observations_flagged``): it shows in ``modelplan status`` and the ratio metric, and no plan
+  is counted from it.
+- Kept: per model (its identity: the request's files, by name and size), per kind of replica (artifact,
+  engine, card class and width, nodes, context, settings), the last ``OBSERVED_RUNS_KEPT`` runs at the
+  newest engine release seen: a newer release drops the runs of the older, a run of an older one is not
+  kept. The same hold's footprint again adds nothing; a larger one (a new peak) replaces its run's figures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import redis
+
+from planner.constants import GIB
+from planner.model import Option
+from planner.observed import kv_per_card, observed_bytes
+from planner.settings import NO_SETTINGS, merged
+from worker import constants as C
+from worker import logs, metrics
+from worker.config import settings
+from worker.footprints import Footprint
+from worker.ids import job_of_hold
+from worker.keys import CPU_CLASS
+from worker.observed import Kind, Observed, Run, identity, parsed, release, remember
+from worker.pool import Held
+from worker.records import JobRecord, utcnow
+from worker.reports import NodeRecord
+from worker.scripts import text
+from worker.store import Store
+
+log = logs.get_logger("modelplan.observations")
+
+OUTLIER_LOW, OUTLIER_HIGH = 0.5, 2.0
+"""A footprint under half or over twice the formula's estimate is kept but flagged."""
+
+RATIO_FIELD = "estimate_observed_ratio"
+"""``stats`` fields ``{RATIO_FIELD}:{engine}:{gpu_class}``: the latest footprint over the formula."""
+
+
+# --- ingest ------------------------------------------------------------------------------------------------
+
+
+class Taken:
+    """The footprints a sweeper has taken already, by (node, hold): skipped while they stay the same."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, str], Footprint] = {}
+
+
+def ingest(store: Store, records: Mapping[str, NodeRecord], taken: Taken | None = None) -> int:
+    """Take the footprints of ``records`` (node records by node id) not taken already: kept, flagged or
+    refused. Two round trips for them all (their holds, their jobs), and one more for each run kept. How
+    many were kept."""
+    taken = taken if taken is not None else Taken()
+    todo = [
+        (node_id, hold_id, fp, record)
+        for node_id, record in records.items()
+        for hold_id, fp in record.footprints.items()
+        if taken.seen.get((node_id, hold_id)) != fp
+    ]
+    if not todo:
+        return 0
+    with store.redis.pipeline(transaction=False) as pipe:
+        for node_id, hold_id, _, _ in todo:
+            pipe.hget(store.keys.held(node_id), hold_id)
+        holds = pipe.execute()
+    job_ids = sorted({job_of_hold(hold_id) for _, hold_id, _, _ in todo})
+    jobs = dict(zip(job_ids, store.jobs(job_ids), strict=True))
+    if len(taken.seen) > C.OBSERVED_TAKEN_KEPT:
+        taken.seen.clear()
+    kept = 0
+    for (node_id, hold_id, fp, record), raw in zip(todo, holds, strict=True):
+        job = jobs[job_of_hold(hold_id)]
+        held = Held.parse(raw) if raw is not None else None
+        kept += _one(store, record, node_id, hold_id, fp, held, job if isinstance(job, JobRecord) else None)
+        taken.seen[(node_id, hold_id)] = fp
+    return kept
+
+
+def _refuse(node_id: str, hold_id: str, why: str) -> int:
+    metrics.count("observations_refused")
+    log.warning("footprint_refused", node=node_id, hold=hold_id, why=why)
+    return 0
+
+
+def _one(
+    store: Store,
+    record: NodeRecord,
+    node_id: str,
+    hold_id: str,
+    fp: Footprint,
+    held: Held | None,
+    job: JobRecord | None,
+) -> int:
+    if held is None or held.unreadable:
+        return _refuse(node_id, hold_id, "an agent reports only for holds on its own node")
+    option = _option_of(job, node_id, hold_id)
+    if job is None or option is None:
+        return 0  # released meanwhile: nothing to take it for
+    node = record.to_pool_node()
+    why = judge(fp, option, held.gpus, node.gpu_mem_gb, node.host_mem_gb)
+    if why:
+        return _refuse(node_id, hold_id, why)
+    figure = max(fp.card_bytes, default=0) if not option.cpu else max(fp.ram_bytes, fp.ram_peak_bytes)
+    if not figure:
+        return 0  # nothing measured yet
+    req = job.request
+    formula_gb = option.formula_gb or option.need_gb
+    run_settings = merged(req.settings or NO_SETTINGS, settings())
+    kv_now = kv_per_card(req.planned_artifacts(), req.shape, req.context, run_settings)(option)
+    kind = Kind(
+        artifact=option.artifact,
+        engine=option.engine,
+        gpu_class=option.gpu_class,
+        gpus_per_node=option.gpus_per_node,
+        nodes=option.nodes,
+        context=req.context,
+        settings=option.settings,
+        version=fp.version,
+    )
+    comparable = observed_bytes(kind.seen(figure, fp.kv_bytes), req.context, kv_now) or figure
+    ratio = round(comparable / max(formula_gb * GIB, 1.0), 4)
+    flagged = not OUTLIER_LOW <= ratio <= OUTLIER_HIGH
+    if flagged:
+        metrics.count("observations_flagged")
+        log.warning("footprint_flagged", node=node_id, hold=hold_id, ratio=ratio, model=req.model)
+    run = Run(
+        hold_id=hold_id,
+        at=utcnow(),
+        bytes=figure,
+        kv_bytes=fp.kv_bytes,
+        formula_bytes=int(formula_gb * GIB),
+        ratio=ratio,
+        flagged=flagged,
+    )
+    stored = keep(store, identity(req), req.model, kind, run)
+    if stored:
+        field = f"{RATIO_FIELD}:{option.engine}:{option.gpu_class or CPU_CLASS}"
+        store.redis.hset(store.keys.stats, field, ratio)
+    return int(stored)
+
+
+def judge(fp: Footprint, option: Option, cards: int, card_gb: int, ram_gb: int) -> str:
+    """Why a footprint cannot be what it says of a hold of ``cards`` cards of ``card_gb`` GiB on a node
+    of ``ram_gb`` GiB of RAM; "" when it can."""
+    if fp.engine != option.engine:
+        return f"engine {fp.engine} is not the option's {option.engine}"
+    if not option.cpu and fp.card_bytes and len(fp.card_bytes) != cards:
+        return f"{len(fp.card_bytes)} card figures for a hold of {cards} cards"
+    past = [b for b in fp.card_bytes if b > card_gb * GIB]
+    if past:
+        return f"a card figure of {past[0] / GIB:.1f} GiB is past the card's {card_gb} GiB"
+    ram = max(fp.ram_bytes, fp.ram_peak_bytes)
+    if ram > ram_gb * GIB:
+        return f"{ram / GIB:.1f} GiB of RAM is past the node's {ram_gb} GiB"
+    if fp.kv_bytes and fp.kv_bytes > max(fp.card_bytes or (ram,)):
+        return "its KV cache is more than its whole figure"
+    return ""
+
+
+def _option_of(job: JobRecord | None, node_id: str, hold_id: str) -> Option | None:
+    if job is None:
+        return None
+    for rep in job.replicas:
+        if any(r.hold_id == hold_id and r.node_id == node_id for r in rep.placement):
+            return rep.option
+    return None
+
+
+def keep(store: Store, ident: str, model: str, kind: Kind, run: Run) -> bool:
+    """Add ``run`` to ``kind``'s runs in ``observed:{ident}``; False when it adds nothing (the same hold's
+    figures again, or a run of an older release than those kept). Written only over what it read (a
+    sweep that overran its lock may meet another): read again and retried when the key changed between."""
+    k, r = store.keys, store.redis
+    key = k.observed(ident)
+    for _ in range(C.PLAN_ATTEMPTS):
+        with r.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)  # type: ignore[no-untyped-call]
+                new = added(parsed(ident, pipe.get(key)), model, kind, run)
+                if new is None:
+                    return False
+                pipe.multi()
+                pipe.set(key, new.model_dump_json(), ex=C.OBSERVED_TTL_S)
+                pipe.zadd(k.observed_models, {ident: time.time()})
+                pipe.zadd(k.estimates_off, {ident: new.furthest})
+                pipe.execute()
+            except redis.WatchError:
+                continue
+        _trim(store)
+        remember(ident, new)
+        return True
+    return False
+
+
+def added(old: Observed | None, model: str, kind: Kind, run: Run) -> Observed | None:
+    """``old`` with ``run`` of ``kind`` added; None when that adds nothing."""
+    kinds = list(old.kinds) if old is not None else []
+    at = next((i for i, x in enumerate(kinds) if x.where == kind.where), None)
+    if at is None:
+        kinds.append(kind.model_copy(update={"runs": (run,)}))
+    else:
+        had = kinds[at]
+        if release(kind.version) < release(had.version):
+            return None  # an older release than the runs kept
+        runs = had.runs if release(kind.version) == release(had.version) else ()
+        same = next((x for x in runs if x.hold_id == run.hold_id), None)
+        if same is not None:
+            if run.bytes <= same.bytes:
+                return None
+            run = run.model_copy(update={"at": same.at})
+            runs = tuple(x for x in runs if x.hold_id != run.hold_id)
+        kinds[at] = kind.model_copy(update={"runs": (*runs, run)[-C.OBSERVED_RUNS_KEPT :]})
+    return Observed(model=model, kinds=tuple(kinds[-C.OBSERVED_KINDS_KEPT :]))
+
+
+def _trim(store: Store) -> None:
+    """Drop the models written longest ago past ``OBSERVED_MODELS_KEPT``."""
+    k, r = store.keys, store.redis
+    over = int(r.zcard(k.observed_models)) - C.OBSERVED_MODELS_KEPT
+    if over <= 0:
+        return
+    gone = [text(m) for m in r.zrange(k.observed_models, 0, over - 1)]
+    with r.pipeline(transaction=True) as pipe:
+        pipe.delete(*(k.observed(i) for i in gone))
+        pipe.zrem(k.observed_models, *gone)
+        pipe.zrem(k.estimates_off, *gone)
+        pipe.execute()
