@@ -23,7 +23,7 @@ from worker.changes import ChangeKind, PoolChange
 from worker.errors import BadRecord
 from worker.keys import Keys
 from worker.pool import Held, ParsedNode, Snapshot, parse_cache, read_holds
-from worker.reports import FOOTPRINTS
+from worker.reports import NodeRecord
 
 NEVER = 1 << 62
 """When a node with no TTL lapses (a record written by hand): never."""
@@ -92,6 +92,8 @@ class Mirror:
         self.read_at = 0.0
         """When it was last brought up to date (this process's monotonic clock)."""
         self.pool = Snapshot("0", {}, {})
+        self.footprints: dict[str, NodeRecord] = {}
+        """The node records read with footprints since the owner last took them (``worker.observations``)."""
         self._lapses: dict[str, int] = {}
         """When each node's heartbeat lapses, as last heard."""
         self._due: list[tuple[int, int, str]] = []
@@ -117,7 +119,7 @@ class Mirror:
                 unread.append(Unread(e, "left out of the pool"))
                 continue
             if parsed[node_id].record.footprints:
-                FOOTPRINTS.put(node_id, parsed[node_id].record)
+                mirror.footprints[node_id] = parsed[node_id].record
             mirror.expires(node_id, read.server_ms + max(ttl, 0) if ttl != -1 else NEVER)
         held = {n: mirror._holds(n, raw, unread) for n, raw in read.holds.items()}
         parse_cache.trim(raws)
@@ -170,8 +172,8 @@ class Mirror:
                 self.drop(node_id)
                 continue
             pool.put_node(node_id, parsed)
-            if parsed.record.footprints:  # for the sweep to take (``worker.observations``)
-                FOOTPRINTS.put(node_id, parsed.record)
+            if parsed.record.footprints:
+                self.footprints[node_id] = parsed.record
             self.expires(node_id, read.server_ms + ttl if ttl >= 0 else NEVER)
         for node_id, raw_holds in read.holds.items():
             pool.put_holds(node_id, self._holds(node_id, raw_holds, unread))

@@ -22,10 +22,11 @@ from worker.changes import parse_change
 from worker.errors import BadRecord
 from worker.ids import ID_PATTERN, job_of_hold
 from worker.keys import Keys
-from worker.mirror import Mirror, Named
+from worker.mirror import Mirror, Named, Unread
 from worker.pool import Snapshot
 from worker.poolread import server_ms
 from worker.records import JobRecord, utcnow
+from worker.reports import FOOTPRINTS
 from worker.scripts import text
 from worker.store import Also, Store, Woken
 
@@ -63,6 +64,14 @@ class MirroredStore(Store):
             return self.snapshot()
         return self._mirror.pool
 
+    def _took(self, mirror: Mirror, unread: Sequence[Unread]) -> None:
+        """After a read into ``mirror``: report what it could not read, and hand the node records it read
+        with footprints to this process's sweeps (``reports.FOOTPRINTS``, taken by ``worker.observations``)."""
+        self.report_unread(unread)
+        for node_id, record in mirror.footprints.items():
+            FOOTPRINTS.put(node_id, record)
+        mirror.footprints.clear()
+
     def keep_warm(self, idle_s: float) -> None:
         """Bring the mirror up to date if it was last read more than ``idle_s`` ago, or read it if it was
         never read: a worker between jobs (or starting), so that the next job does not find it behind."""
@@ -73,7 +82,7 @@ class MirroredStore(Store):
         """Read one node's heartbeat and holds afresh into the mirror: a commit found the mirror wrong
         about it (a change that never went onto ``pool:changes``, such as a record written by hand)."""
         if self._mirror is not None and ID_PATTERN.fullmatch(node_id):
-            self.report_unread(self._mirror.put(self.read_named(Named({node_id}, {node_id}))))
+            self._took(self._mirror, self._mirror.put(self.read_named(Named({node_id}, {node_id}))))
 
     # --- reads that bring the mirror up to date on the way ---------------------------------------------
 
@@ -122,7 +131,7 @@ class MirroredStore(Store):
         started = time.perf_counter()
         mirror, unread = Mirror.whole(self.read_whole(), self.keys)
         self._mirror = mirror
-        self.report_unread(unread)
+        self._took(mirror, unread)
         mirror.pool.prepare()
         self.whole_reads += 1
         if first:
@@ -162,7 +171,7 @@ class MirroredStore(Store):
             # more wait: read on a page at a time, each checked against a trim that overtook the mirror
             # meanwhile, the nodes the page before named read in the same round trip
             info, entries, read = self.read_page(mirror.last_id, named)
-            self.report_unread(mirror.put(read))
+            self._took(mirror, mirror.put(read))
             if not mirror.continues(info):
                 return _behind(mirror, _lost(info))
             named = mirror.note(parse_change(text(i), fields) for i, fields in entries)
@@ -171,7 +180,7 @@ class MirroredStore(Store):
             return _behind(mirror, "far_behind")  # changes come faster than this worker applies them
         named.nodes.update(mirror.due(at))
         if named:
-            self.report_unread(mirror.put(self.read_named(named)))
+            self._took(mirror, mirror.put(self.read_named(named)))
         # the epoch read with the entries, not one read since: capacity freed past the last entry applied is
         # not in the mirror yet, and a plan made on it must not pass for having seen that
         mirror.pool.epoch = text(epoch) if epoch is not None else "0"
