@@ -12,6 +12,10 @@ Three layers, so that each can be tested on its own:
   id ``{job_id}:{replica}:{version}``) to the start hook and the holds gone from the node to the stop hook
   (``hooks``), then publishes the heartbeat, whose ``started`` lists the holds already handed over.
 
+With ``--engines run`` the hooks are a ``Supervisor``'s (``supervise``): it starts each hold's engine as a
+child process, keeps a record and a log per hold on the node's disk (``engine_state``), asks the engine's
+health, measures what it holds (``measuring``), stops it on release and adopts it after a restart.
+
 ``command`` is ``modelplan agent``: its options and the agent run from them.
 
 Which cards a node reports: all of one model. On a node with cards of several models the most common
@@ -25,12 +29,14 @@ Every name is imported here, so ``producer.agent`` is the one import path for ca
 """
 
 from producer.agent.command import add_arguments, run_from_args
+from producer.agent.engine_state import EngineRecord, default_state_dir, proc_stat
 from producer.agent.engines import engine_command, engine_env, gguf_file, replica_of
 from producer.agent.errors import CardReadingError, CardsMissing
 from producer.agent.heartbeat import heartbeat_dict
 from producer.agent.hooks import StartHook, StopHook, log_start, log_stop
 from producer.agent.labels import Card, class_label, node_cards
 from producer.agent.loop import Agent, Started
+from producer.agent.measuring import SteadyFootprint, measure_rss
 from producer.agent.memory import HostMemory, cgroup_memory, memory_from_meminfo, memory_within
 from producer.agent.probes import (
     Nvml,
@@ -43,24 +49,29 @@ from producer.agent.probes import (
     read_boot_id,
     run_smi,
 )
+from producer.agent.supervise import Supervisor
 
 __all__ = [
     "Agent",
     "Card",
     "CardReadingError",
     "CardsMissing",
+    "EngineRecord",
     "HostMemory",
     "Nvml",
     "Reader",
     "StartHook",
     "Started",
+    "SteadyFootprint",
     "StopHook",
+    "Supervisor",
     "SystemReader",
     "add_arguments",
     "cards_from_nvml",
     "cards_from_smi",
     "cgroup_memory",
     "class_label",
+    "default_state_dir",
     "engine_command",
     "engine_env",
     "gguf_file",
@@ -68,10 +79,12 @@ __all__ = [
     "load_nvml",
     "log_start",
     "log_stop",
+    "measure_rss",
     "memory_from_meminfo",
     "memory_within",
     "node_cards",
     "nvml_readings",
+    "proc_stat",
     "read_boot_id",
     "replica_of",
     "run_from_args",
