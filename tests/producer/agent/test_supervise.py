@@ -43,9 +43,26 @@ class CpuReader:
         return HostMemory(total_gb=125, free_gb=125)
 
 
-def standin(*extra: str) -> Callable[[list[str]], list[str]]:
-    """The engine's command line with the stand-in in place of ``llama-server``."""
-    return lambda argv: [sys.executable, STANDIN, *argv[1:], "--hold-mib", str(HOLD_MIB), *extra]
+def standin(tag: Path, *extra: str) -> Callable[[list[str]], list[str]]:
+    """The engine's command line with the stand-in in place of ``llama-server``, tagged with the test's
+    folder (an option the stand-in ignores) so that the test can find its own stand-ins."""
+    return lambda argv: [sys.executable, STANDIN, *argv[1:], "--hold-mib", str(HOLD_MIB), "--tag", str(tag), *extra]
+
+
+def standins(tag: Path) -> list[int]:
+    """The stand-ins tagged ``tag`` that run (zombies left out)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        stat = proc_stat(int(entry.name))
+        if STANDIN.encode() in cmdline and str(tag).encode() in cmdline and stat is not None and stat.state != "Z":
+            found.append(int(entry.name))
+    return found
 
 
 def until(done: Callable[[], bool], step: Callable[[], object]) -> None:
@@ -64,11 +81,12 @@ def client(redis_url: str) -> Iterator[Client]:
 
 
 @pytest.fixture
-def engines() -> Iterator[list[int]]:
-    """Pids to make sure of at the end: any still running is killed, and waited for."""
+def engines(tmp_path: Path) -> Iterator[list[int]]:
+    """Pids to make sure of at the end, with every stand-in tagged with the test's folder: any still
+    running is killed, and waited for."""
     pids: list[int] = []
     yield pids
-    for pid in pids:
+    for pid in {*pids, *standins(tmp_path)}:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
@@ -95,7 +113,7 @@ def test_start_returns_once_launched_health_is_polled_and_release_stops_with_ter
     client: Client, tmp_path: Path, engines: list[int]
 ) -> None:
     ready = tmp_path / "ready"
-    a, sup = agent(client, tmp_path / "state", wrap=standin("--ready-file", str(ready)))
+    a, sup = agent(client, tmp_path / "state", wrap=standin(tmp_path, "--ready-file", str(ready)))
     rec, held = place(client, a)
     hb = a.tick()
     hold = held.hold_id
@@ -136,7 +154,7 @@ def test_start_returns_once_launched_health_is_polled_and_release_stops_with_ter
 def test_an_engine_that_ignores_term_gets_kill_after_the_grace(
     client: Client, tmp_path: Path, engines: list[int]
 ) -> None:
-    a, sup = agent(client, tmp_path, wrap=standin("--ignore-term"), stop_grace=0.2)
+    a, sup = agent(client, tmp_path, wrap=standin(tmp_path, "--ignore-term"), stop_grace=0.2)
     rec, held = place(client, a)
     a.tick()
     [pid] = sup.pids().values()
@@ -154,7 +172,7 @@ def test_an_engine_that_ignores_term_gets_kill_after_the_grace(
 def test_an_agent_started_again_adopts_its_engine_and_starts_no_second(
     client: Client, tmp_path: Path, engines: list[int]
 ) -> None:
-    first, sup1 = agent(client, tmp_path, wrap=standin())
+    first, sup1 = agent(client, tmp_path, wrap=standin(tmp_path))
     rec, held = place(client, first)
     first.tick()
     [pid] = sup1.pids().values()
@@ -162,14 +180,13 @@ def test_an_agent_started_again_adopts_its_engine_and_starts_no_second(
     until(lambda: sup1.ready(held.hold_id), first.tick)
 
     with capture_logs() as logs:
-        again, sup2 = agent(client, tmp_path, wrap=standin())
+        again, sup2 = agent(client, tmp_path, wrap=standin(tmp_path))
         hb = again.tick()
     assert [e["pid"] for e in logs if e["event"] == "engine_adopted"] == [pid]
     assert "engine_launched" not in [e["event"] for e in logs]
     assert hb.started == (held.hold_id,) and sup2.pids() == {held.hold_id: pid}
     assert len(list((tmp_path / "holds").glob("*.json"))) == 1
-    # the stand-ins running under this state directory: one (children of this test's process)
-    assert [p for p in os.listdir("/proc") if p.isdigit() and _runs_standin(int(p))] == [str(pid)]
+    assert standins(tmp_path) == [pid]  # one engine, not two
     until(lambda: sup2.ready(held.hold_id), again.tick)
 
     client.release(rec.job_id)
@@ -179,17 +196,8 @@ def test_an_agent_started_again_adopts_its_engine_and_starts_no_second(
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0  # it exited on TERM
 
 
-def _runs_standin(pid: int) -> bool:
-    try:
-        cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
-        stat = proc_stat(pid)
-    except OSError:
-        return False
-    return STANDIN.encode() in cmdline and stat is not None and stat.state != "Z"
-
-
 def test_an_engine_that_dies_is_noticed_and_its_record_kept(client: Client, tmp_path: Path, engines: list[int]) -> None:
-    a, sup = agent(client, tmp_path, wrap=standin())
+    a, sup = agent(client, tmp_path, wrap=standin(tmp_path))
     rec, held = place(client, a)
     a.tick()
     [pid] = sup.pids().values()
@@ -211,7 +219,7 @@ def test_an_engine_that_dies_is_noticed_and_its_record_kept(client: Client, tmp_
 
     # an agent started again reads the death from the record and starts nothing
     with capture_logs() as logs:
-        again, sup2 = agent(client, tmp_path, wrap=standin())
+        again, sup2 = agent(client, tmp_path, wrap=standin(tmp_path))
         assert again.tick().started == (held.hold_id,)
     assert sup2.ended() == {held.hold_id: "killed by signal SIGKILL"}
     assert [e["event"] for e in logs if e["event"].startswith("engine")] == []
@@ -253,7 +261,7 @@ def test_a_record_whose_pid_was_reused_is_not_adopted(tmp_path: Path, engines: l
 
 
 def test_a_steady_footprint_goes_into_the_heartbeat(client: Client, tmp_path: Path, engines: list[int]) -> None:
-    a, sup = agent(client, tmp_path, wrap=standin())
+    a, sup = agent(client, tmp_path, wrap=standin(tmp_path))
     _, held = place(client, a)
     a.tick()
     engines.extend(sup.pids().values())
@@ -292,7 +300,7 @@ def test_engines_run_starts_the_engine_on_path_and_log_starts_nothing(
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "llama-server"  # the stand-in under the engine's name, first on PATH
-    fake.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@" --hold-mib {HOLD_MIB}\n')
+    fake.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@" --hold-mib {HOLD_MIB} --tag {tmp_path}\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
@@ -324,3 +332,41 @@ def test_a_negative_stop_grace_is_refused(logging_restored: None) -> None:
     assert agent_args("--engines", "run").engines == "run"
     with pytest.raises(SystemExit):
         agent_args("--engines", "spawn")
+
+
+@dataclass
+class GpuReader:
+    """One H200, idle until ``busy`` is set (its engine took it)."""
+
+    busy: bool = False
+
+    def cards(self) -> list[Card]:
+        used, procs = (20000, 1) if self.busy else (615, 0)
+        return [Card(index=0, name="NVIDIA H200", uuid="GPU-0", total_mib=143771, used_mib=used, processes=procs)]
+
+    def memory(self) -> HostMemory:
+        return HostMemory(total_gb=125, free_gb=125)
+
+
+def test_an_adopted_engine_keeps_its_cards_although_they_read_busy(
+    client: Client, tmp_path: Path, engines: list[int]
+) -> None:
+    reader = GpuReader()
+    sup1 = Supervisor(tmp_path, boot_id=BOOT, reader=reader, wrap=standin(tmp_path))
+    first = Agent("gpu-1", reader, client, boot_id=BOOT, supervisor=sup1)
+    first.tick()
+    job = client.submit(request("llama-3.1-8b-instruct"))
+    drain(client)
+    hold = client.get(job).placement[0].hold_id
+    first.tick()
+    [pid] = sup1.pids().values()
+    engines.append(pid)
+    assert EngineRecord.from_json(Store(tmp_path).record_path(hold).read_text()).cards == [0]
+    reader.busy = True  # the engine holds its card now
+
+    sup2 = Supervisor(tmp_path, boot_id=BOOT, reader=reader, wrap=standin(tmp_path))
+    again = Agent("gpu-1", reader, client, boot_id=BOOT, supervisor=sup2)
+    with capture_logs() as logs:
+        hb = again.tick()
+    assert (hb.started, hb.free_gpus, again.started[hold].cards) == ((hold,), 0, (0,))
+    assert "engine_start_deferred" not in [e["event"] for e in logs] and sup2.pids() == {hold: pid}
