@@ -26,7 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,7 @@ class _Engine:
     killed: bool = False
     steady: Steadiness | None = None
     sent: Footprint | None = None
-    status: int | None = field(default=None)
+    status: int | None = None  # the exit status, once collected
 
 
 class Supervisor:
@@ -229,14 +229,6 @@ class Supervisor:
                     log.info("engine_ready", hold_id=hold, pid=eng.record.pid, port=eng.record.port)
             else:
                 self._measure(hold, eng)
-
-    def wait_stopped(self, hold_id: str, timeout: float) -> bool:
-        """Poll until ``hold_id``'s engine is gone and its record removed, or ``timeout`` seconds pass."""
-        end = time.monotonic() + timeout
-        while hold_id in self._engines and time.monotonic() < end:
-            self.poll()
-            time.sleep(0.05)
-        return hold_id not in self._engines
 
     # --- inside ---------------------------------------------------------------------------------------
 
