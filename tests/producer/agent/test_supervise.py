@@ -22,7 +22,7 @@ from structlog.testing import capture_logs
 
 from planner.errors import InvalidInput
 from producer import Client
-from producer.agent import Agent, Card, HostMemory, add_arguments, run_from_args
+from producer.agent import Agent, Card, HostMemory, SystemReader, add_arguments, run_from_args
 from producer.agent.engine_state import EngineRecord, Store, default_state_dir, proc_stat
 from producer.agent.supervise import Supervisor
 from tests.worker.helpers import drain, request
@@ -96,7 +96,9 @@ def engines(tmp_path: Path) -> Iterator[list[int]]:
 def agent(
     client: Client, state: Path, wrap: Callable[[list[str]], list[str]], stop_grace: float = 10.0
 ) -> tuple[Agent, Supervisor]:
-    sup = Supervisor(state, boot_id=BOOT, reader=CpuReader(), wrap=wrap, stop_grace=stop_grace)
+    # what the engines are measured with: this machine's processes, and no card
+    reader = SystemReader(nvml=lambda: None, smi=lambda _: None, cgroup=None)
+    sup = Supervisor(state, boot_id=BOOT, reader=reader, wrap=wrap, stop_grace=stop_grace)
     return Agent("cpu-1", CpuReader(), client, boot_id=BOOT, supervisor=sup), sup
 
 
