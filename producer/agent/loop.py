@@ -195,7 +195,12 @@ class Agent:
         """One round: read, hand holds over, publish (dry run: build only). Returns the heartbeat."""
         cards, memory = self.read()
         if self.client is not None:
-            self.hand_off(cards, self.client)
+            try:
+                self.hand_off(cards, self.client)
+            except Exception:
+                if self.supervisor is not None:
+                    self.supervisor.poll()  # without Redis, stops still end and deaths are still seen
+                raise
         hb = self.heartbeat(cards, memory)
         if self.client is not None:
             self._beats.note(self.log, hb, self.client.publish(hb))

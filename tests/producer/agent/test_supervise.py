@@ -372,3 +372,26 @@ def test_an_adopted_engine_keeps_its_cards_although_they_read_busy(
         hb = again.tick()
     assert (hb.started, hb.free_gpus, again.started[hold].cards) == ((hold,), 0, (0,))
     assert "engine_start_deferred" not in [e["event"] for e in logs] and sup2.pids() == {hold: pid}
+
+
+def test_deaths_and_stops_are_seen_while_redis_does_not_answer(
+    client: Client, tmp_path: Path, engines: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, sup = agent(client, tmp_path, wrap=standin(tmp_path))
+    _, held = place(client, a)
+    a.tick()
+    [pid] = sup.pids().values()
+    engines.append(pid)
+
+    def down(node_id: str) -> None:
+        raise ConnectionError("Redis is down")
+
+    monkeypatch.setattr(client, "held_on", down)
+    os.kill(pid, signal.SIGKILL)
+
+    def tick_without_redis() -> None:
+        with pytest.raises(ConnectionError):
+            a.tick()
+
+    until(lambda: bool(sup.ended()), tick_without_redis)
+    assert sup.ended() == {held.hold_id: "killed by signal SIGKILL"}
