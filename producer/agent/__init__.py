@@ -15,6 +15,10 @@ Three layers, so that each can be tested on its own:
   id ``{job_id}:{replica}:{version}``) to the start hook and the holds gone from the node to the stop hook
   (``hooks``), then publishes the heartbeat, whose ``started`` lists the holds already handed over.
 
+With ``--engines run`` the hooks are a ``Supervisor``'s (``supervise``): it starts each hold's engine as a
+child process, keeps a record and a log per hold on the node's disk (``engine_state``), asks the engine's
+health, measures what it holds (``measuring``), stops it on release and adopts it after a restart.
+
 ``command`` is ``modelplan agent``: its options and the agent run from them.
 
 Which cards a node reports: all of one model. On a node with cards of several models the most common
@@ -29,6 +33,7 @@ Every name is imported here, so ``producer.agent`` is the one import path for ca
 
 from producer.agent.command import add_arguments, run_from_args
 from producer.agent.engine_log import engine_version, kv_per_card, llamacpp_kv, ram_kv, vllm_kv
+from producer.agent.engine_state import EngineRecord, default_state_dir, proc_stat
 from producer.agent.engines import engine_command, engine_env, gguf_file, replica_of
 from producer.agent.errors import CardReadingError, CardsMissing
 from producer.agent.footprint import Steady, measure, process_tree
@@ -60,6 +65,7 @@ from producer.agent.probes import (
     read_boot_id,
     run_smi,
 )
+from producer.agent.supervise import Supervisor
 
 __all__ = [
     "Agent",
@@ -67,6 +73,7 @@ __all__ = [
     "CardReadingError",
     "CardUse",
     "CardsMissing",
+    "EngineRecord",
     "HostMemory",
     "Nvml",
     "ProcessMemory",
@@ -75,6 +82,7 @@ __all__ = [
     "Started",
     "Steady",
     "StopHook",
+    "Supervisor",
     "SystemReader",
     "UsageReader",
     "add_arguments",
@@ -84,6 +92,7 @@ __all__ = [
     "cards_from_smi",
     "cgroup_memory",
     "class_label",
+    "default_state_dir",
     "engine_command",
     "engine_env",
     "engine_version",
@@ -100,6 +109,7 @@ __all__ = [
     "node_cards",
     "nvml_readings",
     "parent_from_stat",
+    "proc_stat",
     "process_memory_from_status",
     "process_tree",
     "ram_kv",

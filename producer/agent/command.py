@@ -9,10 +9,13 @@ import signal
 import socket
 import sys
 import threading
+from pathlib import Path
 
 from planner.errors import InvalidInput
+from producer.agent.engine_state import default_state_dir
 from producer.agent.loop import Agent
-from producer.agent.probes import Reader, SystemReader
+from producer.agent.probes import Reader, SystemReader, read_boot_id
+from producer.agent.supervise import DEFAULT_STOP_GRACE_S, Supervisor
 from producer.client import Client
 from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
 from worker.config import prefix as default_prefix
@@ -45,6 +48,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="the least level logged (default INFO)",
     )
+    parser.add_argument(
+        "--engines",
+        default="log",
+        choices=["log", "run"],
+        help="what a hold placed on the node gets: log (the default) logs the engine's command line; "
+        "run starts the engine, supervises it and stops it on release",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="where --engines run keeps a record and a log per engine "
+        "(default: $XDG_STATE_HOME/modelplan/agent, else ~/.local/state/modelplan/agent)",
+    )
+    parser.add_argument(
+        "--stop-grace",
+        type=float,
+        default=DEFAULT_STOP_GRACE_S,
+        help=f"seconds an engine has to exit after TERM before it gets KILL (default {DEFAULT_STOP_GRACE_S:g})",
+    )
     for flag, text in (
         ("--redis-url", f"Redis URL (default: ${REDIS_URL_ENV}, else {DEFAULT_REDIS_URL})"),
         ("--prefix", f"key prefix (default: ${PREFIX_ENV}, else {DEFAULT_PREFIX})"),
@@ -58,15 +80,26 @@ def run_from_args(args: argparse.Namespace, *, reader: Reader | None = None) -> 
     """Run ``modelplan agent`` with parsed arguments; ``reader`` replaces this machine's readings."""
     if not args.interval > 0:
         raise InvalidInput("arguments", "--interval", f"must be more than 0 seconds (given {args.interval})")
+    if not args.stop_grace >= 0:
+        raise InvalidInput("arguments", "--stop-grace", f"must be 0 seconds or more (given {args.stop_grace})")
     # in a dry run standard output carries the heartbeats, so the log goes to standard error
     configure_logging(args.log_level, sys.stderr if args.dry_run else sys.stdout)
     client = None if args.dry_run else Client.from_url(default_redis_url(args.redis_url), default_prefix(args.prefix))
+    reader = reader or SystemReader()
+    boot_id = read_boot_id()
+    supervisor = None
+    if args.engines == "run" and client is not None:
+        supervisor = Supervisor(
+            args.state_dir or default_state_dir(), boot_id=boot_id, reader=reader, stop_grace=args.stop_grace
+        )
     agent = Agent(
         args.node_id or socket.gethostname(),
-        reader or SystemReader(),
+        reader,
         client,
         gpu_class=args.gpu_class,
         fabric=args.fabric,
+        boot_id=boot_id,
+        supervisor=supervisor,
     )
 
     def show(hb: Heartbeat) -> None:

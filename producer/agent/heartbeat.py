@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from planner.quant import mem_from_class
 from producer.agent.errors import CardsMissing
 from producer.agent.labels import Card
 from producer.agent.memory import HostMemory
+from worker.footprints import Footprint
 
 
 def heartbeat_dict(
@@ -23,6 +24,7 @@ def heartbeat_dict(
     started: Sequence[str] = (),
     taken: Iterable[int] = (),
     started_host_gb: float = 0.0,
+    footprints: Mapping[str, Footprint] | None = None,
 ) -> dict[str, Any]:
     """The heartbeat of a node with ``cards`` (all of one class) and ``memory``.
 
@@ -30,7 +32,8 @@ def heartbeat_dict(
     them and ``started_host_gb`` the RAM they reserve. A taken card is not free even while it still reads
     idle (its engine is loading, or the start hook runs nothing), so the heartbeat counts it as the
     workers do once the hold is listed in ``started``. Free RAM is what is available less what started
-    holds reserve and do not use yet: at most the total less their reservations.
+    holds reserve and do not use yet: at most the total less their reservations. ``footprints`` are what
+    some started holds' engines were measured to hold; the key is left out when there is none.
     """
     given = set(taken)
     label = gpu_class if gpu_class is not None else (cards[0].label if cards else "")
@@ -41,7 +44,7 @@ def heartbeat_dict(
     # a label with a size (h200-140g) carries the card's GiB; one without needs it alongside
     card_gb = 0 if not cards or mem_from_class(label) else min(c.total_mib for c in cards) // 1024
     host_free = max(0, min(memory.free_gb, int(memory.total_gb - started_host_gb)))
-    return {
+    data: dict[str, Any] = {
         "node_id": node_id,
         "gpu_class": label,
         "fabric": fabric,
@@ -54,3 +57,6 @@ def heartbeat_dict(
         "boot_id": boot_id,
         "started": list(started),
     }
+    if footprints:
+        data["footprints"] = {h: fp.model_dump(mode="json") for h, fp in footprints.items()}
+    return data

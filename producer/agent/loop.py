@@ -17,8 +17,10 @@ from producer.agent.hooks import StartHook, StopHook, log_start, log_stop
 from producer.agent.labels import Card, node_cards
 from producer.agent.memory import HostMemory
 from producer.agent.probes import Reader, read_boot_id
+from producer.agent.supervise import Supervisor
 from producer.client import BeatLog, Client
 from worker import logs
+from worker.footprints import Footprint
 from worker.ids import job_of_hold
 from worker.pool import Held
 from worker.reports import Heartbeat, parse_heartbeat
@@ -43,7 +45,11 @@ def _checked(value: str, field: str, allow_empty: bool = False) -> str:
 
 
 class Agent:
-    """One node's agent. ``client`` None: a dry run (it reads and builds heartbeats, and hands over nothing)."""
+    """One node's agent. ``client`` None: a dry run (it reads and builds heartbeats, and hands over nothing).
+
+    With a ``supervisor`` (``--engines run``) its ``start`` and ``stop`` are the hooks, a hold whose engine
+    it already runs (adopted after a restart) keeps that engine's cards, ``poll`` runs each tick after the
+    hand-off, and the heartbeat carries the footprints it measured of the started holds."""
 
     def __init__(
         self,
@@ -57,6 +63,7 @@ class Agent:
         start_hook: StartHook = log_start,
         stop_hook: StopHook = log_stop,
         first_seq: int | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.node_id = _checked(node_id, "--node-id")
         self.gpu_class = _checked(gpu_class, "--gpu-class", allow_empty=True) if gpu_class is not None else None
@@ -64,8 +71,9 @@ class Agent:
         self.reader = reader
         self.client = client
         self.boot_id = _checked(boot_id, "boot_id") if boot_id is not None else read_boot_id()
-        self.start_hook = start_hook
-        self.stop_hook = stop_hook
+        self.supervisor = supervisor
+        self.start_hook: StartHook = supervisor.start if supervisor is not None else start_hook
+        self.stop_hook: StopHook = supervisor.stop if supervisor is not None else stop_hook
         # the clock in microseconds at start: an agent started again on the same boot goes on rising
         self._seq = first_seq if first_seq is not None else time.time_ns() // 1000
         self.started: dict[str, Started] = {}
@@ -110,8 +118,15 @@ class Agent:
             started=list(self.started),
             taken=[i for s in self.started.values() for i in s.cards],
             started_host_gb=sum(s.host_gb for s in self.started.values()),
+            footprints=self.footprints(),
         )
         return parse_heartbeat(data, f"heartbeat of {self.node_id}")
+
+    def footprints(self) -> dict[str, Footprint]:
+        """The footprints measured of the started holds' engines (none without a supervisor)."""
+        if self.supervisor is None:
+            return {}
+        return {h: fp for h, fp in self.supervisor.footprints().items() if h in self.started}
 
     def _note(self, hold_id: str, event: str, **kw: Any) -> None:
         """Log why a hold is not handed over, once per hold rather than every tick."""
@@ -136,8 +151,12 @@ class Agent:
             self.log.info("hold_stopped", hold_id=hold, cards=list(gone.cards))
         self._noted &= set(mine)
         new = [h for h in mine if h not in self.started]
-        if not new:
-            return
+        if new:
+            self._start_new(new, cards, client)
+        if self.supervisor is not None:
+            self.supervisor.poll(set(mine))
+
+    def _start_new(self, new: list[str], cards: Sequence[Card], client: Client) -> None:
         job_ids = sorted({job_of_hold(h) for h in new})
         records = dict(zip(job_ids, client.records(job_ids), strict=True))
         taken = {i for s in self.started.values() for i in s.cards}
@@ -149,6 +168,13 @@ class Agent:
             reservation = next((r for r in mine_here if r.node_id == self.node_id), None)
             if rec is None or rec.state.final or replica is None or replica.option is None or reservation is None:
                 self._note(hold, "hold_not_startable", state=rec.state.value if rec else "missing")
+                continue
+            kept = self.supervisor.cards_of(hold) if self.supervisor is not None else None
+            if kept is not None and len(kept) == reservation.gpus:
+                # its engine runs already (the agent restarted): on its own cards, which read busy
+                self.start_hook(rec, reservation, kept)
+                self.started[hold] = Started(kept, reservation.host_gb)
+                self.log.info("hold_started", hold_id=hold, cards=list(kept), host_gb=reservation.host_gb, adopted=True)
                 continue
             if reservation.gpus > len(free):
                 # something outside modelplan took cards since the workers planned: wait for them
@@ -169,7 +195,12 @@ class Agent:
         """One round: read, hand holds over, publish (dry run: build only). Returns the heartbeat."""
         cards, memory = self.read()
         if self.client is not None:
-            self.hand_off(cards, self.client)
+            try:
+                self.hand_off(cards, self.client)
+            except Exception:
+                if self.supervisor is not None:
+                    self.supervisor.poll()  # without Redis, stops still end and deaths are still seen
+                raise
         hb = self.heartbeat(cards, memory)
         if self.client is not None:
             self._beats.note(self.log, hb, self.client.publish(hb))

@@ -434,6 +434,9 @@ def test_arguments_and_their_defaults() -> None:
         "once": False,
         "dry_run": False,
         "log_level": "INFO",
+        "engines": "log",
+        "state_dir": None,
+        "stop_grace": 10.0,
         "redis_url": None,
         "prefix": None,
     }

@@ -1,0 +1,346 @@
+"""The ``run`` start hook (``modelplan agent --engines run``): each hold placed on the node gets its engine
+as a child process, supervised across ticks and across restarts of the agent.
+
+- ``start`` launches the option's command line (``engine_command`` plus ``--host 127.0.0.1 --port N`` on a
+  free port; llama-server and ``vllm serve`` both take these) with ``engine_env(cards)`` added to the
+  environment, in a process group of its own, its output to ``logs/{hold_id}.log``, and writes
+  ``holds/{hold_id}.json`` (``engine_state``). It returns once the process is launched.
+- ``poll`` (each tick) asks a launched engine's ``GET /health`` until it answers 200 (``engine_ready``),
+  then measures what it holds (``measuring``); notices an engine that exited while its hold is still on
+  the node (``engine_died``, its record kept with the reason, ``ended()``); finishes stops; and stops an
+  engine whose hold is no longer on the node (one released while the agent was not running).
+- ``stop`` sends TERM to the engine's process group; ``poll`` sends KILL once ``stop_grace`` seconds pass
+  and removes the record once no process of the group is left.
+- A new ``Supervisor`` adopts each record whose process is still the same one (same pid, same start time
+  in ``/proc/PID/stat``, same boot): ``start`` then launches nothing. A record whose process is gone is an
+  engine that died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from producer.agent.engine_state import EngineRecord, Store, proc_stat, read_log
+from producer.agent.engines import engine_command, engine_env, replica_of
+from producer.agent.footprint import Steady, measure
+from producer.agent.measuring import Measure, Steadiness, SteadinessFactory
+from worker import logs
+from worker.footprints import Footprint
+from worker.ids import job_of_hold
+from worker.records import JobRecord, Reservation
+
+log = logs.get_logger("modelplan.agent")
+
+HOST = "127.0.0.1"
+DEFAULT_STOP_GRACE_S = 10.0
+HEALTH_TIMEOUT_S = 1.0
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port nothing listens on now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def healthy(port: int, timeout: float = HEALTH_TIMEOUT_S) -> bool:
+    """Whether ``GET /health`` on the engine's port answers 200 (llama-server answers 503 while loading)."""
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{port}/health", timeout=timeout) as answer:
+            return int(answer.status) == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "exited (status unknown: the process was not started by this agent)"
+    if code < 0:
+        return (
+            f"killed by signal {signal.Signals(-code).name}" if -code in signal.valid_signals() else f"signal {-code}"
+        )
+    return f"exited with status {code}"
+
+
+def spawn(command: list[str], env: dict[str, str], log_path: Path) -> int:
+    """Start ``command`` in a session and process group of its own (TERM and KILL to the group reach
+    every process it starts), standard output and error appended to ``log_path``; its pid. Not a
+    ``subprocess.Popen``: the engine outlives the agent, and its exit status is collected with
+    ``waitpid`` by whichever supervisor started it."""
+    out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        actions = [(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, out, 2)]
+        return os.posix_spawnp(command[0], command, env, file_actions=actions, setsid=True)
+    finally:
+        os.close(out)
+        os.close(null)
+
+
+@dataclass
+class _Engine:
+    record: EngineRecord
+    child: bool = False  # started by this supervisor: its exit status can be collected (waitpid)
+    reaped: bool = False
+    deadline: float = 0.0  # when a stopping engine gets KILL
+    killed: bool = False
+    steady: Steadiness | None = None
+    sent: Footprint | None = None
+    status: int | None = None  # the exit status, once collected
+
+
+class Supervisor:
+    """The engines of this node's holds. ``wrap`` turns the engine's command line into the one run (tests
+    run a stand-in engine with it); ``measure`` and ``steadiness`` say what an engine holds."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        boot_id: str,
+        reader: Any = None,
+        stop_grace: float = DEFAULT_STOP_GRACE_S,
+        wrap: Callable[[list[str]], list[str]] = list,
+        measure: Measure = measure,
+        steadiness: SteadinessFactory = Steady,
+    ) -> None:
+        self.store = Store(state_dir)
+        self.boot_id = boot_id
+        self.reader = reader
+        self.stop_grace = stop_grace
+        self.wrap = wrap
+        self.measure = measure
+        self.steadiness = steadiness
+        self._engines: dict[str, _Engine] = {}
+        self._adopt()
+
+    # --- what the agent reads -------------------------------------------------------------------------
+
+    def ended(self) -> dict[str, str]:
+        """The holds whose engine is gone while the hold is still on the node, with why."""
+        return {h: e.record.ended for h, e in self._engines.items() if e.record.ended and not e.record.stopping}
+
+    def footprints(self) -> dict[str, Footprint]:
+        """What each running engine was measured to hold, once steady: the same object until it changes."""
+        return {h: e.sent for h, e in self._engines.items() if e.sent is not None and not e.record.ended}
+
+    def pids(self) -> dict[str, int]:
+        """The process (group leader) of each engine that runs."""
+        return {h: e.record.pid for h, e in self._engines.items() if not e.record.ended}
+
+    def cards_of(self, hold_id: str) -> tuple[int, ...] | None:
+        """The cards of the engine already there for ``hold_id`` (adopted, or one that died), else None."""
+        eng = self._engines.get(hold_id)
+        return tuple(eng.record.cards) if eng is not None and not eng.record.stopping else None
+
+    def ready(self, hold_id: str) -> bool:
+        eng = self._engines.get(hold_id)
+        return eng is not None and eng.record.ready
+
+    # --- hooks ----------------------------------------------------------------------------------------
+
+    def start(self, job: JobRecord, reservation: Reservation, cards: tuple[int, ...]) -> None:
+        """The start hook: launch the hold's engine, unless one is already there for it."""
+        hold = reservation.hold_id
+        if hold in self._engines and not self._engines[hold].record.stopping:
+            return  # adopted, or it died: not started a second time
+        replica = replica_of(job, hold)
+        if replica is None or replica.option is None:
+            raise ValueError(f"hold {hold!r} is not a replica of job {job.job_id!r} with an option")
+        option = replica.option
+        port = free_port()
+        command = self.wrap([*engine_command(job.request, option), "--host", HOST, "--port", str(port)])
+        self.store.ensure()
+        log_path = self.store.log_path(hold)
+        pid = spawn(command, {**os.environ, **engine_env(cards)}, log_path)
+        stat = proc_stat(pid)
+        record = EngineRecord(
+            hold_id=hold,
+            pid=pid,
+            start_time=stat.start_time if stat is not None else 0,
+            boot_id=self.boot_id,
+            engine=option.engine,
+            command=command,
+            cards=list(cards),
+            log=str(log_path),
+            port=port,
+        )
+        self.store.save(record)
+        self._engines[hold] = _Engine(record, child=True, steady=self.steadiness())
+        log.info(
+            "engine_launched",
+            job_id=job.job_id,
+            hold_id=hold,
+            pid=pid,
+            port=port,
+            cards=list(cards),
+            log=str(log_path),
+            command=command,
+        )
+
+    def stop(self, hold_id: str, cards: tuple[int, ...] = ()) -> None:
+        """The stop hook: TERM to the engine's process group (KILL comes from ``poll`` after the grace)."""
+        eng = self._engines.get(hold_id)
+        if eng is None:
+            self.store.remove(hold_id)
+            return
+        if eng.record.ended or not self._alive(eng):
+            self._forget(hold_id, "engine_stopped")
+            return
+        if eng.record.stopping:
+            return
+        eng.record.stopping = True
+        eng.deadline = time.monotonic() + self.stop_grace
+        self.store.save(eng.record)
+        self._signal(eng, signal.SIGTERM)
+        log.info(
+            "engine_stopping", job_id=job_of_hold(hold_id), hold_id=hold_id, pid=eng.record.pid, grace_s=self.stop_grace
+        )
+
+    # --- each tick ------------------------------------------------------------------------------------
+
+    def poll(self, on_node: Collection[str] | None = None) -> None:
+        """Finish stops, notice deaths, ask for health, measure; stop the engines of holds not in
+        ``on_node`` (when given)."""
+        for hold, eng in list(self._engines.items()):
+            if eng.record.stopping:
+                self._finish_stop(hold, eng)
+            elif on_node is not None and hold not in on_node:
+                log.warning("engine_not_on_node", hold_id=hold, pid=eng.record.pid)
+                self.stop(hold)
+            elif eng.record.ended:
+                continue
+            elif not self._alive(eng):
+                self._died(hold, eng)
+            elif not eng.record.ready:
+                if healthy(eng.record.port):
+                    eng.record.ready = True
+                    self.store.save(eng.record)
+                    log.info("engine_ready", hold_id=hold, pid=eng.record.pid, port=eng.record.port)
+            else:
+                self._measure(hold, eng)
+
+    # --- inside ---------------------------------------------------------------------------------------
+
+    def _adopt(self) -> None:
+        for record in self.store.load():
+            eng = _Engine(record, steady=self.steadiness())
+            alive = self._alive(eng)
+            if record.stopping and not alive:
+                self.store.remove(record.hold_id)
+                continue
+            self._engines[record.hold_id] = eng
+            if record.stopping:
+                eng.deadline = time.monotonic() + self.stop_grace
+                self._signal(eng, signal.SIGTERM)
+            elif alive:
+                log.info("engine_adopted", hold_id=record.hold_id, pid=record.pid, port=record.port)
+            elif not record.ended:
+                self._died(record.hold_id, eng, "gone while the agent was not running")
+
+    def _alive(self, eng: _Engine) -> bool:
+        """Whether the engine's leader is still the process started (pid, start time, boot)."""
+        if eng.child:
+            if self._reap(eng):
+                return False
+            if eng.child:  # not collected elsewhere: it runs
+                return True
+        if eng.reaped:
+            return False
+        rec = eng.record
+        stat = proc_stat(rec.pid)
+        return (
+            rec.boot_id == self.boot_id and stat is not None and stat.start_time == rec.start_time and stat.state != "Z"
+        )
+
+    def _reap(self, eng: _Engine) -> bool:
+        """For an engine this supervisor started: whether it has exited (its status collected once)."""
+        if eng.reaped:
+            return True
+        try:
+            pid, status = os.waitpid(eng.record.pid, os.WNOHANG)
+        except ChildProcessError:  # collected elsewhere: judged by /proc from now on
+            eng.child = False
+            return False
+        if pid == 0:
+            return False
+        eng.status, eng.reaped, eng.child = os.waitstatus_to_exitcode(status), True, False
+        return True
+
+    def _group_gone(self, eng: _Engine) -> bool:
+        if eng.child:
+            self._reap(eng)  # a leader not waited for is a zombie, which still counts as a member
+        try:
+            os.killpg(eng.record.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def _signal(self, eng: _Engine, sig: signal.Signals) -> None:
+        # only a group whose leader is still the process started: a reused pid is someone else's
+        if not eng.child and not self._alive(eng):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(eng.record.pid, sig)
+
+    def _finish_stop(self, hold: str, eng: _Engine) -> None:
+        started_here = eng.child or eng.reaped
+        # an adopted leader that is gone (or a zombie of the agent that started it) ends the stop
+        if self._group_gone(eng) or (not started_here and not self._alive(eng)):
+            self._forget(hold, "engine_stopped")
+        elif not eng.killed and time.monotonic() >= eng.deadline:
+            eng.killed = True
+            log.warning("engine_killed", hold_id=hold, pid=eng.record.pid, grace_s=self.stop_grace)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(eng.record.pid, signal.SIGKILL)
+
+    def _forget(self, hold: str, event: str) -> None:
+        eng = self._engines.pop(hold)
+        self.store.remove(hold)
+        log.info(event, hold_id=hold, pid=eng.record.pid, status=eng.status)
+
+    def _died(self, hold: str, eng: _Engine, why: str = "") -> None:
+        reason = why or _exit_reason(eng.status)
+        eng.record.ended = reason
+        eng.sent = None
+        self.store.save(eng.record)
+        log.error(
+            "engine_died",
+            job_id=job_of_hold(hold),
+            hold_id=hold,
+            pid=eng.record.pid,
+            status=eng.status,
+            reason=reason,
+            log=eng.record.log,
+        )
+        # what it started may outlive it (vLLM's workers): the group is stopped too
+        if eng.reaped:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(eng.record.pid, signal.SIGTERM)
+
+    def _measure(self, hold: str, eng: _Engine) -> None:
+        rec = eng.record
+        try:
+            figure = self.measure([rec.pid], tuple(rec.cards), rec.engine, read_log(Path(rec.log)), self.reader)
+        except Exception:
+            log.exception("footprint_failed", hold_id=hold)
+            return
+        if eng.steady is None:
+            eng.steady = self.steadiness()
+        sent = eng.steady.update(figure)
+        if sent is not None and sent is not eng.sent:
+            eng.sent = sent
+            log.info("footprint_measured", hold_id=hold, **sent.model_dump(mode="json"))
