@@ -159,7 +159,10 @@ def test_an_engine_run_by_the_agent_is_measured_and_the_next_plan_uses_it(
     # an agent killed and started again adopts the engine it left: the same process, no second one
     agents.kill()
     agents.start(hold_mib)
-    logs = lambda: "".join(p.read_text() for p in tmp_path.glob("agent-*.log"))  # noqa: E731
+
+    def logs() -> str:
+        return "".join(p.read_text() for p in tmp_path.glob("agent-*.log"))
+
     until(lambda: "engine_adopted" in logs(), "the engine's adoption")
     until(lambda: footprint_of(client, second.placement[0].hold_id) > 0, "the adopted engine's footprint")
     assert standins(tmp_path) == [running] and proc_stat(running) is not None
