@@ -150,7 +150,11 @@ def invalid_from(e: ValidationError, source: str) -> InvalidInput:
     shown = _SHORT.repr(given) if not isinstance(given, dict) else "the record"
     msg = plain(err)
     if err["type"] == "string_pattern_mismatch":
-        msg = "only letters, digits, '.', '_' and '-' (up to 128, starting with a letter or digit)"
+        pattern = str(err.get("ctx", {}).get("pattern", ""))
+        if ID_REGEX in pattern:
+            msg = "only letters, digits, '.', '_' and '-' (up to 128, starting with a letter or digit)"
+        else:
+            msg = f"not of the form it must take ({pattern})"
     if err["type"] == "extra_forbidden":
         return InvalidInput(source, loc, "unknown field")
     if err["type"] == "missing":

@@ -31,8 +31,8 @@ metric                                     type       what
 ``modelplan_commit_seconds``               histogram  one commit (``transition.lua``)
 ``modelplan_commit_conflicts_total``       counter    commits that found their cards taken
 ``modelplan_wake_latency_seconds``         histogram  a heartbeat to a waiting replica placed
-``modelplan_observations_refused_total``   counter    engines' footprints refused (another node's
-                                                      hold, past the card or the RAM)
+``modelplan_observations_refused_total``   counter    engines' footprints (or ends) refused (another
+                                                      node's hold, past the card or the RAM)
 ``modelplan_observations_flagged_total``   counter    footprints under half or over twice the formula
 ``modelplan_estimate_observed_ratio``      gauge      the latest footprint over the formula's estimate,
 ``{engine,gpu_class}``                                by engine and card class (``cpu``: RAM)

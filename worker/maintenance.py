@@ -15,7 +15,7 @@ from datetime import datetime
 
 import redis
 
-from worker import conflicts, logs, moves, observations, orphans, planning, quarantine, retry
+from worker import conflicts, ended, logs, moves, observations, orphans, planning, quarantine, retry
 from worker import constants as C
 from worker.errors import BadRecord
 from worker.ids import planning_job_id
@@ -36,6 +36,7 @@ class SweepState:
         self.failing: dict[str, str] = {}
         self.orphans = orphans.Seen()
         self.footprints = observations.Taken()
+        self.ended: set[tuple[str, str, str]] = set()
 
 
 Step = Callable[[MirroredStore, int, bool, SweepState], int]
@@ -181,10 +182,11 @@ def _holds(store: MirroredStore, now: int, force: bool, state: SweepState) -> in
 
 
 def _footprints(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
-    """What the engines were measured to hold, from the node records' footprints (``worker.observations``)."""
+    """What the engines were measured to hold, from the node records' footprints (``worker.observations``),
+    and the engines that ended, into their jobs' records (``worker.ended``)."""
     records = FOOTPRINTS.take()
     try:
-        return observations.ingest(store, records, state.footprints)
+        return observations.ingest(store, records, state.footprints) + ended.note(store, records, state.ended)
     except BaseException:
         FOOTPRINTS.give_back(records)  # taken again next sweep
         raise

@@ -28,7 +28,9 @@ HISTOGRAMS: dict[str, tuple[float, ...]] = {
 }
 COUNTERS = {
     "commit_conflicts": "Commits that found their cards taken since the plan",
-    "observations_refused": "Footprints refused: for a hold not on the reporting node, or past its card or RAM",
+    "observations_refused": (
+        "Footprints (or ended engines) refused: for a hold not on the reporting node, or past its card or RAM"
+    ),
     "observations_flagged": "Footprints under half or over twice the formula's estimate (kept, not planned with)",
 }
 """Each counter with what it counts (``modelplan_{name}_total``)."""

@@ -93,7 +93,8 @@ class Mirror:
         """When it was last brought up to date (this process's monotonic clock)."""
         self.pool = Snapshot("0", {}, {})
         self.footprints: dict[str, NodeRecord] = {}
-        """The node records read with footprints since the owner last took them (``worker.observations``)."""
+        """The node records read with footprints or ended engines since the owner last took them
+        (``worker.observations``, ``worker.ended``)."""
         self._lapses: dict[str, int] = {}
         """When each node's heartbeat lapses, as last heard."""
         self._due: list[tuple[int, int, str]] = []
@@ -118,7 +119,7 @@ class Mirror:
             except BadRecord as e:
                 unread.append(Unread(e, "left out of the pool"))
                 continue
-            if parsed[node_id].record.footprints:
+            if parsed[node_id].record.footprints or parsed[node_id].record.ended:
                 mirror.footprints[node_id] = parsed[node_id].record
             mirror.expires(node_id, read.server_ms + max(ttl, 0) if ttl != -1 else NEVER)
         held = {n: mirror._holds(n, raw, unread) for n, raw in read.holds.items()}
@@ -172,7 +173,7 @@ class Mirror:
                 self.drop(node_id)
                 continue
             pool.put_node(node_id, parsed)
-            if parsed.record.footprints:
+            if parsed.record.footprints or parsed.record.ended:
                 self.footprints[node_id] = parsed.record
             self.expires(node_id, read.server_ms + ttl if ttl >= 0 else NEVER)
         for node_id, raw_holds in read.holds.items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
@@ -18,6 +18,10 @@ from worker.records import as_json
 
 MAX_STARTED = 4096
 """How many hold ids one heartbeat may list as started: far past the cards of any node."""
+
+ENDED_PATTERN = r'^[^"\\\x00-\x1f]{1,200}$'
+"""Why an engine ended: up to 200 characters, no quote, backslash or control character (a node record's
+text keeps the layout ``heartbeat.lua`` reads)."""
 
 SEQ_MAX = 2**53
 """The highest seq a heartbeat may carry: a whole number Redis's scripts hold exactly."""
@@ -36,6 +40,10 @@ class Heartbeat(NodeReport):
     boot_id: str = Field(pattern=ID_REGEX)
     started: tuple[str, ...] = Field(default=(), max_length=MAX_STARTED)
     footprints: dict[str, Footprint] = Field(default_factory=dict, max_length=MAX_STARTED, exclude_if=lambda v: not v)
+    ended: dict[str, Annotated[str, Field(pattern=ENDED_PATTERN)]] = Field(
+        default_factory=dict, max_length=MAX_STARTED, exclude_if=lambda v: not v
+    )
+    """Started holds whose engine ended while the hold is still on the node, with why (``exit status 1``)."""
     seq: int = Field(ge=0, le=SEQ_MAX)
     """Last of the report's fields, so that a stored record is what a plan reads, then the seq, then when
     it arrived: ``heartbeat.lua`` tells a refresh from the text before the seq."""
@@ -50,9 +58,10 @@ class Heartbeat(NodeReport):
 
     @model_validator(mode="after")
     def _footprints_of_started(self) -> Heartbeat:
-        for hold in self.footprints:
-            if hold not in self.started:
-                raise ValueError(f"footprints has {hold!r}, which is not in started")
+        for field, holds in (("footprints", self.footprints), ("ended", self.ended)):
+            for hold in holds:
+                if hold not in self.started:
+                    raise ValueError(f"{field} has {hold!r}, which is not in started")
         return self
 
 

@@ -25,6 +25,7 @@ def heartbeat_dict(
     taken: Iterable[int] = (),
     started_host_gb: float = 0.0,
     footprints: Mapping[str, Footprint] | None = None,
+    ended: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The heartbeat of a node with ``cards`` (all of one class) and ``memory``.
 
@@ -33,7 +34,8 @@ def heartbeat_dict(
     idle (its engine is loading, or the start hook runs nothing), so the heartbeat counts it as the
     workers do once the hold is listed in ``started``. Free RAM is what is available less what started
     holds reserve and do not use yet: at most the total less their reservations. ``footprints`` are what
-    some started holds' engines were measured to hold; the key is left out when there is none.
+    some started holds' engines were measured to hold, ``ended`` why some of their engines ended; each key is
+    left out when there is none.
     """
     given = set(taken)
     label = gpu_class if gpu_class is not None else (cards[0].label if cards else "")
@@ -59,4 +61,13 @@ def heartbeat_dict(
     }
     if footprints:
         data["footprints"] = {h: fp.model_dump(mode="json") for h, fp in footprints.items()}
+    if ended:
+        data["ended"] = {h: _said(why) for h, why in ended.items()}
     return data
+
+
+def _said(why: str) -> str:
+    """Why an engine ended, as a heartbeat may carry it: no quote, backslash or control character, at most
+    200 characters (``worker.reports.ENDED_PATTERN``)."""
+    kept = "".join(c if c.isprintable() and c not in '"\\' else " " for c in why).strip()
+    return kept[:200] or "ended"

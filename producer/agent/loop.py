@@ -119,6 +119,7 @@ class Agent:
             taken=[i for s in self.started.values() for i in s.cards],
             started_host_gb=sum(s.host_gb for s in self.started.values()),
             footprints=self.footprints(),
+            ended=self.ended(),
         )
         return parse_heartbeat(data, f"heartbeat of {self.node_id}")
 
@@ -127,6 +128,13 @@ class Agent:
         if self.supervisor is None:
             return {}
         return {h: fp for h, fp in self.supervisor.footprints().items() if h in self.started}
+
+    def ended(self) -> dict[str, str]:
+        """The started holds whose engine ended while the hold is on the node, with why (none without a
+        supervisor)."""
+        if self.supervisor is None:
+            return {}
+        return {h: why for h, why in self.supervisor.ended().items() if h in self.started}
 
     def _note(self, hold_id: str, event: str, **kw: Any) -> None:
         """Log why a hold is not handed over, once per hold rather than every tick."""

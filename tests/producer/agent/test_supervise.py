@@ -26,6 +26,7 @@ from producer.agent import Agent, Card, HostMemory, SystemReader, add_arguments,
 from producer.agent.engine_state import EngineRecord, Store, default_state_dir, proc_stat
 from producer.agent.supervise import Supervisor
 from tests.worker.helpers import drain, request
+from worker import maintenance
 from worker.records import JobRecord, JobState, Reservation
 
 STANDIN = str(Path(__file__).with_name("standin_engine.py"))
@@ -217,7 +218,13 @@ def test_an_engine_that_dies_is_noticed_and_its_record_kept(client: Client, tmp_
     record = EngineRecord.from_json(Store(tmp_path).record_path(held.hold_id).read_text())
     assert record.ended == "killed by signal SIGKILL"
     # the hold stays on the node (its job still holds it): still started, not started a second time
-    assert a.tick().started == (held.hold_id,) and sup.pids() == {}
+    beat = a.tick()
+    assert beat.started == (held.hold_id,) and sup.pids() == {}
+    # the heartbeat says so, and a worker's sweep writes it into the job's record
+    assert beat.ended == {held.hold_id: "killed by signal SIGKILL"}
+    client.store.snapshot()
+    maintenance.sweep(client.store, force=True)
+    assert "ended (killed by signal SIGKILL)" in client.get(rec.job_id).reason
 
     # an agent started again reads the death from the record and starts nothing
     with capture_logs() as logs:
