@@ -190,7 +190,9 @@ def llamacpp_host(
     # on a CPU the width's share is the host's own figure, fitted on the CPU profiles
     compute = llamacpp_compute(shape, cells, ubatch=run.ubatch, flash_attn=run.flash_attn, fa_hidden_bytes=0)
     compute += run.ubatch * hidden * LLAMACPP_HOST_HIDDEN_BYTES
-    parts = (("compute buffer", compute), ("process", LLAMACPP_HOST_FIXED))
+    parts: tuple[tuple[str, int], ...] = (("compute buffer", compute), ("process", LLAMACPP_HOST_FIXED))
+    if run.prompt_cache_bytes:
+        parts += (("prompt cache", run.prompt_cache_bytes),)
     return need_of(weights, kv, parts, thin_data(shape, context))
 
 

@@ -121,6 +121,10 @@ class VllmSettings(_Strict):
     capability"): NCCL goes through the host, and a card holds less outside PyTorch. Default: on."""
 
 
+MAX_CACHE_RAM_MIB = 1 << 24
+"""16 TiB of prompt cache, past any node."""
+
+
 class LlamacppSettings(_Strict):
     """llama-server's settings that move memory, each ``None`` for its default."""
 
@@ -130,6 +134,11 @@ class LlamacppSettings(_Strict):
     ubatch: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     cache_type_k: LlamacppCacheType | None = None
     cache_type_v: LlamacppCacheType | None = None
+    cache_ram_mib: int | None = Field(default=None, ge=-1, le=MAX_CACHE_RAM_MIB)
+    """llama-server's prompt cache in RAM (``--cache-ram``, MiB): it keeps each idle slot's prompt state
+    there, up to 8,192 MiB by default in the releases that have it, which no other figure counts. Default
+    here: 0, passed as ``--cache-ram 0`` (no prompt cache); N: passed, and counted in the RAM a replica
+    needs; -1: left out, for a release that has no such option (and no such cache)."""
 
 
 class Settings(_Strict):
@@ -275,6 +284,8 @@ class LlamacppRun:
     ubatch: int
     cache_type_k: str
     cache_type_v: str
+    cache_ram_mib: int
+    """The prompt cache's bound in MiB (0: none), or -1: the option left out (a release without it)."""
 
     def cache_tokens(self, context: int) -> int:
         """The cells the cache holds for a context of ``context`` tokens a request."""
@@ -292,7 +303,13 @@ class LlamacppRun:
         if not self.unified:
             out += ["-np", str(self.slots)]
         out += ["-fa", "on" if self.flash_attn else "off", "-b", str(self.batch), "-ub", str(self.ubatch)]
-        return (*out, "-ctk", self.cache_type_k, "-ctv", self.cache_type_v)
+        out += ["-ctk", self.cache_type_k, "-ctv", self.cache_type_v]
+        return (*out, "--cache-ram", str(self.cache_ram_mib)) if self.cache_ram_mib >= 0 else tuple(out)
+
+    @property
+    def prompt_cache_bytes(self) -> int:
+        """What the prompt cache may hold in RAM."""
+        return max(self.cache_ram_mib, 0) << 20
 
 
 def llamacpp_run(s: LlamacppSettings) -> LlamacppRun:
@@ -307,4 +324,5 @@ def llamacpp_run(s: LlamacppSettings) -> LlamacppRun:
         ubatch=min(ubatch, batch),
         cache_type_k=s.cache_type_k or "f16",
         cache_type_v=s.cache_type_v or "f16",
+        cache_ram_mib=s.cache_ram_mib if s.cache_ram_mib is not None else 0,
     )

@@ -19,6 +19,12 @@ _LLAMACPP = (
     ("--parallel", "parallel", int, "llama-server's slots, each of --context tokens (-np)"),
     ("--batch", "batch", int, "llama-server's logical batch (-b)"),
     ("--ubatch", "ubatch", int, "llama-server's micro-batch (-ub)"),
+    (
+        "--cache-ram",
+        "cache_ram_mib",
+        int,
+        "llama-server's prompt cache in RAM, MiB (default 0: none; -1: flag left out)",
+    ),
 )
 
 

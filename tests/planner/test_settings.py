@@ -154,3 +154,24 @@ def test_a_hybrids_state_is_counted_once_for_vllm_and_for_every_llamacpp_slot() 
     slots = Settings(llamacpp=LlamacppSettings(parallel=2))
     assert gguf_kv_bytes(hybrid, 4096, slots) - gguf_kv_bytes(plain, 4096, slots) == 2 * 2 * (64 << 20)
     assert gguf_kv_bytes(hybrid, 4096) - gguf_kv_bytes(plain, 4096) == 4 * 2 * (64 << 20)  # 4 slots by default
+
+
+@pytest.mark.parametrize(
+    ("cache_ram_mib", "flag", "counted_mib"),
+    [(None, ("--cache-ram", "0"), 0), (512, ("--cache-ram", "512"), 512), (-1, None, 0)],
+    ids=["default: none", "bounded: counted", "left out"],
+)
+def test_llama_servers_prompt_cache_is_off_or_counted(
+    cache_ram_mib: int | None, flag: tuple[str, str] | None, counted_mib: int
+) -> None:
+    """llama-server keeps idle slots' prompts in RAM up to ``--cache-ram`` (8,192 MiB by default in the
+    releases that have it): a plan starts it with none, or counts the bound it is given."""
+    from tests.planner.helpers import cpu_node
+
+    run = llamacpp_run(LlamacppSettings(cache_ram_mib=cache_ram_mib))
+    args = run.args(4096)
+    assert (args[-2:] == flag) if flag else "--cache-ram" not in args
+    settings = Settings(llamacpp=LlamacppSettings(cache_ram_mib=cache_ram_mib))
+    base = options([gguf("m-Q4_K_M.gguf", 4.0)], LLAMA_8B, [cpu_node("c", 64)], 4096)[0]
+    [opt] = options([gguf("m-Q4_K_M.gguf", 4.0)], LLAMA_8B, [cpu_node("c", 64)], 4096, settings=settings)
+    assert opt.cpu and round((opt.need_gb - base.need_gb) * 1024) == counted_mib

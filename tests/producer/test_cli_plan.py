@@ -39,7 +39,7 @@ def test_table_on_a_listing(capsys: pytest.CaptureFixture[str]) -> None:
     ]
     # then the settings each option was sized for: llama-server's defaults, the same on every card
     assert started.splitlines()[1:] == [
-        "#1,2,3,4,5,6,7,8 llamacpp: -c 8192 -fa on -b 2048 -ub 512 -ctk f16 -ctv f16",
+        "#1,2,3,4,5,6,7,8 llamacpp: -c 8192 -fa on -b 2048 -ub 512 -ctk f16 -ctv f16 --cache-ram 0",
     ]
 
 
