@@ -9,6 +9,7 @@ import pytest
 import redis
 import structlog
 
+from producer import Client
 from tests.redis_server import RedisServer
 from tests.schema_check import check_stored_records
 from worker import quarantine
@@ -37,6 +38,14 @@ def redis_url(redis_server: RedisServer) -> Iterator[str]:
         client.flushall()
         client.acl_log_reset()
         client.close()
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[Client]:
+    """A client on a Redis emptied for the test (``redis_url``), closed after it."""
+    c = Client.from_url(redis_url)
+    yield c
+    c.redis.close()
 
 
 @pytest.fixture

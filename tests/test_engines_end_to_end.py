@@ -82,13 +82,6 @@ class Agents:
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
-
-
-@pytest.fixture
 def agents(tmp_path: Path, redis_url: str) -> Iterator[Agents]:
     """Agents to start; every agent and stand-in started is killed at the end."""
     made = Agents(tmp_path, redis_url)

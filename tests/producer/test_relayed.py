@@ -4,7 +4,6 @@ by the rest of it, and gives what validating it would, down to the stored record
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -114,13 +113,6 @@ def test_what_a_relay_keeps_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for node in range(7):
         relay.stored(json.dumps(hb(f"n{node}", seq=1)), stored_tail(AT))
         assert len(relay) <= 3
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
 
 
 def test_a_relays_refreshes_store_what_a_new_client_would(client: Client, redis_url: str) -> None:

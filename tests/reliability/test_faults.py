@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,13 +27,6 @@ KILLS = 8
 KILL_EVERY_S = 0.8
 PAUSE_AFTER_CLAIM_S = "0.3"
 """Each worker pauses this long holding a claimed job, so that most kills land mid-plan."""
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
 
 
 def settled(client: Client) -> bool:

@@ -10,7 +10,6 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,13 +37,6 @@ NODE_TTL_MS = 1500
 QUIET_S = 1.0
 """How long nothing changes before the idle-card check: shorter than a node's lifetime here."""
 """The heartbeats' TTL in these runs: short, so that nodes that leave lapse within the run."""
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
 
 
 @dataclass

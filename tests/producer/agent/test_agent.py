@@ -7,14 +7,13 @@ import argparse
 import json
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
@@ -379,13 +378,6 @@ def test_engine_command_lines() -> None:
 # --- the command ----------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def logging_restored() -> Iterator[None]:
-    saved = structlog.get_config()
-    yield
-    structlog.configure(**saved)
-
-
 def agent_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="modelplan agent")
     add_arguments(parser)
@@ -457,13 +449,6 @@ def test_bad_arguments_are_refused_at_the_edge(logging_restored: None) -> None:
 
 
 # --- jobs handed over, against Redis ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
 
 
 def stored(client: Client, node_id: str) -> dict[str, Any]:

@@ -4,7 +4,6 @@ adopted by an agent started again, and noticed when it dies."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -17,14 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import structlog
 from structlog.testing import capture_logs
 
 from planner.errors import InvalidInput
 from producer import Client
-from producer.agent import Agent, Card, HostMemory, SystemReader, add_arguments, run_from_args
+from producer.agent import Agent, Card, HostMemory, SystemReader, run_from_args
 from producer.agent.engine_state import EngineRecord, Store, default_state_dir, proc_stat
 from producer.agent.supervise import Supervisor
+from tests.producer.agent.test_agent import agent_args
 from tests.worker.helpers import drain, request
 from worker import maintenance
 from worker.records import JobRecord, JobState, Reservation
@@ -72,13 +71,6 @@ def until(done: Callable[[], bool], step: Callable[[], object]) -> None:
         assert time.monotonic() < end, "gave up waiting"
         step()
         time.sleep(0.05)
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    c = Client.from_url(redis_url)
-    yield c
-    c.redis.close()
 
 
 @pytest.fixture
@@ -283,19 +275,6 @@ def test_a_steady_footprint_goes_into_the_heartbeat(client: Client, tmp_path: Pa
 
 
 # --- the command ----------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def logging_restored() -> Iterator[None]:
-    saved = structlog.get_config()
-    yield
-    structlog.configure(**saved)
-
-
-def agent_args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="modelplan agent")
-    add_arguments(parser)
-    return parser.parse_args(list(argv))
 
 
 def test_engines_run_starts_the_engine_on_path_and_log_starts_nothing(
