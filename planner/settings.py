@@ -17,6 +17,7 @@ A setting left out takes the engine's own default, worked out the way the engine
   and ``max_num_batched_tokens`` the context (at least 2,048; 2,048 past 32K). ``flashinfer_sampler`` off:
   not assumed installed, so 0.8-0.16 count the sampler's sort. ``gpu_p2p`` on: a tensor-parallel group's
   cards reach each other's memory (``planner.vllmcost.vllm_non_torch`` says what moves where they do not).
+  ``nvidia_driver``: a current one (550 or later), whose CUDA graphs the estimate was fitted on.
 - llama.cpp (``llama-server``): ``common_params`` (common/common.h) ``n_batch`` 2,048, ``n_ubatch`` 512,
   ``flash_attn_type`` auto (on where the backend supports it: every CUDA card and the CPU), K and V cached
   in f16; ``n_parallel`` auto: 4 slots sharing one unified cache of ``--ctx-size`` tokens
@@ -39,10 +40,12 @@ from planner.pool import invalid_from
 from planner.vllmrelease import (
     DEFAULT_RELEASE,
     DEFAULT_VLLM_VERSION,
+    DRIVER_PATTERN,
     RELEASE_PATTERN,
     V0_MAX_SEQS,
     Release,
     is_v0,
+    old_driver,
     release_of,
     v0_batched_tokens,
 )
@@ -119,6 +122,9 @@ class VllmSettings(_Strict):
     ``torch.cuda.can_device_access_peer`` reports it). Off where the driver reports none (a VM or container
     that blocks it; vLLM then logs "Custom allreduce is disabled because your platform lacks GPU P2P
     capability"): NCCL goes through the host, and a card holds less outside PyTorch. Default: on."""
+    nvidia_driver: str | None = Field(default=None, pattern=DRIVER_PATTERN)
+    """The NVIDIA driver the cards run (``535.230.02``, or its branch ``535``): before the 550 branch CUDA
+    graphs take about three times the memory (``planner.vllmrelease``). Default: a current driver."""
 
 
 MAX_CACHE_RAM_MIB = 1 << 24
@@ -222,6 +228,8 @@ class VllmRun:
     """FlashInfer samples: no release sorts the sampler's logits."""
     p2p: bool = True
     """The group's cards have peer access to each other (``VllmSettings.gpu_p2p``)."""
+    old_driver: bool = False
+    """The cards' driver is older than the 550 branch (``VllmSettings.nvidia_driver``): graphs take more."""
 
     @property
     def kv_bytes_per_element(self) -> int:
@@ -269,6 +277,7 @@ def vllm_run(s: VllmSettings, gpu_class: str, card_gb: float, context: int = 0) 
         release=release,
         flashinfer_sampler=bool(s.flashinfer_sampler),
         p2p=s.gpu_p2p is not False,
+        old_driver=old_driver(s.nvidia_driver),
     )
 
 

@@ -34,7 +34,7 @@ from planner.constants import (
 )
 from planner.estimate import DEFAULT_ESTIMATE, EngineShape, Estimate, Need, need_of, thin_data
 from planner.settings import VllmRun
-from planner.vllmrelease import DEFAULT_RELEASE, VLLM_SORT_SAMPLER_BYTES, Release, sorts_sampler
+from planner.vllmrelease import DEFAULT_RELEASE, OLD_DRIVER_GRAPHS, VLLM_SORT_SAMPLER_BYTES, Release, sorts_sampler
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,15 +129,26 @@ def graph_sizes(max_seqs: int) -> int:
 
 
 def vllm_graphs(
-    shape: EngineShape, tp: int = 1, pp: int = 1, *, max_seqs: int = VLLM_MAX_SEQS, fit: VllmFit = VLLM_FIT
+    shape: EngineShape,
+    tp: int = 1,
+    pp: int = 1,
+    *,
+    max_seqs: int = VLLM_MAX_SEQS,
+    old_driver: bool = False,
+    fit: VllmFit = VLLM_FIT,
 ) -> int:
     """CUDA graph memory on each card: per layer the card holds, and per unit of hidden size its share,
-    for every batch size captured (the profiles captured all 67); and a fixed part."""
+    for every batch size captured (the profiles captured all 67); and a fixed part. Under a driver older
+    than the 550 branch (``old_driver``), ``OLD_DRIVER_GRAPHS`` of that (``planner.vllmrelease``)."""
     layers = -(-(shape.layers or UNKNOWN_LAYERS) // pp)
     hidden = shape.hidden or UNKNOWN_HIDDEN
     moe = fit.graphs_moe if shape.moe else 0
     per_size = layers * fit.graphs_per_layer + hidden * fit.graphs_per_hidden // tp + moe
-    return fit.graphs_fixed + per_size * graph_sizes(max_seqs) // graph_sizes(VLLM_MAX_SEQS)
+    graphs = fit.graphs_fixed + per_size * graph_sizes(max_seqs) // graph_sizes(VLLM_MAX_SEQS)
+    if old_driver:
+        times, per = OLD_DRIVER_GRAPHS
+        return graphs * times // per
+    return graphs
 
 
 def vllm_vision(shape: EngineShape, batched_tokens: int, images: int | None, *, fit: VllmFit = VLLM_FIT) -> int:
@@ -166,6 +177,7 @@ def vllm_card(
     p2p: bool = True,
     release: Release = DEFAULT_RELEASE,
     flashinfer_sampler: bool = False,
+    old_driver: bool = False,
     fit: VllmFit = VLLM_FIT,
 ) -> Need:
     """One card of a vLLM replica holding ``weights`` and ``kv`` bytes (its share of each), started with
@@ -192,7 +204,10 @@ def vllm_card(
                 fit=fit,
             ),
         ),
-        ("CUDA graphs", 0 if enforce_eager else vllm_graphs(shape, tp, pp, max_seqs=max_seqs, fit=fit)),
+        (
+            "CUDA graphs",
+            0 if enforce_eager else vllm_graphs(shape, tp, pp, max_seqs=max_seqs, old_driver=old_driver, fit=fit),
+        ),
         ("vision encoder", vllm_vision(shape, batched_tokens, images, fit=fit)),
     )
     return need_of(weights, kv, parts, thin_data(shape, context))
@@ -233,4 +248,5 @@ def vllm_split(
         p2p=run.p2p,
         release=run.release,
         flashinfer_sampler=run.flashinfer_sampler,
+        old_driver=run.old_driver,
     )

@@ -32,6 +32,13 @@ The rules, each with its source (vLLM's code or release notes) and the published
   them in what it needs at every release; the published table reads each log by its release
   (``tests/planner/published_vllm.py``).
 
+- The NVIDIA driver: CUDA graphs take about three times the memory under a driver before the 550 branch
+  (CUDA 12.4). vllm-project/vllm issue 5517: the same model, vLLM and CUDA toolkit (12.1) with only the
+  driver reinstalled took 3.81 GiB of graphs on an A10G (3.79 on an L4) under CUDA 12.2.2 and 12.3.2
+  drivers, and 1.14 under a 12.4.1 driver; issue 17462: a V1 capture's runaway memory went away with a 535
+  to 550 driver upgrade. A deployment on the 535 branch (still a long-term-support branch) says so
+  (``VllmSettings.nvidia_driver``); a plan not told counts a current driver's graphs.
+
 A development build (``0.6.5.dev``, ``0.14.0rc1.dev2+g…``) is none of these: its profile is whatever vLLM's
 main branch held that day, and ``vllm_version`` names releases only.
 """
@@ -73,7 +80,21 @@ V0_MAX_SEQS = 256
 """The V0 scheduler's floor on the tokens of a step (and its chunk where chunked prefill is on), the
 context past which it turns chunked prefill on, and its ``max_num_seqs``."""
 
+DRIVER_PATTERN = r"^[0-9]{3}(\.[0-9]{1,3}){0,2}$"
+"""An NVIDIA driver's version as ``nvidia-smi`` prints it (``535.230.02``), or its branch (``535``)."""
+
+CURRENT_DRIVER_FROM = 550
+"""The first driver branch whose CUDA graphs take what the estimate was fitted on (CUDA 12.4's, 550)."""
+
+OLD_DRIVER_GRAPHS = (34, 10)
+"""CUDA graph memory under an older driver, as a fraction of the estimate's (× 3.4): issue 5517's 3.81 GiB
+against 1.14 (× 3.35), rounded up. The published 0.11 logs agree: dots.ocr on a 535.230.02 driver took
+2.25 GiB of graphs where the estimate's term is 0.73 (DoanNgocCuong/fintech, vllm.log), Llama-3.1-8B on an
+A100 whose driver the log does not print took 2.85 against 1.00 (qweewqq/EnergyLLM), and the one log on a
+known later driver (570.195.03, an A100 40GB, joshhickson/LogoMesh) took 1.06 against 1.64."""
+
 _RELEASE = re.compile(RELEASE_PATTERN)
+_DRIVER = re.compile(DRIVER_PATTERN)
 
 
 def release_of(version: str) -> Release:
@@ -101,3 +122,13 @@ def v0_batched_tokens(context: int) -> int:
     if context > V0_CHUNKED_FROM:
         return V0_MIN_BATCHED_TOKENS
     return max(context, V0_MIN_BATCHED_TOKENS)
+
+
+def old_driver(version: str | None) -> bool:
+    """Whether a driver of ``version`` (``535.230.02`` or ``535``) is older than the 550 branch; ``None``, not
+    told: taken for a current one."""
+    if version is None:
+        return False
+    if not _DRIVER.fullmatch(version):
+        raise ValueError(f"{version!r} is not an NVIDIA driver version such as 535.230.02 or 550")
+    return int(version.split(".")[0]) < CURRENT_DRIVER_FROM

@@ -39,6 +39,12 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--vllm-version", dest="vllm_vllm_version", metavar="X.Y", help="the vLLM release (e.g. 0.10)")
     g.add_argument(
+        "--nvidia-driver",
+        dest="vllm_nvidia_driver",
+        metavar="VERSION",
+        help="the cards' NVIDIA driver (e.g. 535.230.02): before 550, CUDA graphs take about 3x the memory",
+    )
+    g.add_argument(
         "--flashinfer-sampler",
         dest="vllm_flashinfer_sampler",
         action="store_true",

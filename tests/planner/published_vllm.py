@@ -106,7 +106,8 @@ def own_settings(r: dict[str, Any]) -> VllmSettings:
     """The run's settings as its log gives them (or the row infers them; a pooling runner where the row's
     notes say so), its release among them; the rest at the defaults. A run of the V0 engine on a release
     whose default is V1 (``VLLM_USE_V1=0``) profiles as V0 does, which its release alone does not say:
-    its tokens are V0's (``planner.vllmrelease.v0_batched_tokens``)."""
+    its tokens are V0's (``planner.vllmrelease.v0_batched_tokens``). The NVIDIA driver where the source
+    gives it (``nvidia_driver``), else a current one, as a plan not told takes it."""
     tokens = r["max_num_batched_tokens"]
     version = ".".join(map(str, release(r["vllm"])))
     if tokens is None and r["engine"] == "V0" and not is_v0(release(r["vllm"])) and r["max_model_len"]:
@@ -121,6 +122,7 @@ def own_settings(r: dict[str, Any]) -> VllmSettings:
         vllm_version=version,
         flashinfer_sampler=True if r.get("sampler") == "flashinfer" else None,
         gpu_p2p=False if P2P_LACKING in r["excerpt"].replace("\n", "") else None,
+        nvidia_driver=r.get("nvidia_driver"),
     )
 
 
@@ -179,6 +181,7 @@ def need(r: dict[str, Any], s: VllmSettings, fit: VllmFit = VLLM_FIT) -> Need:
         p2p=run.p2p,
         release=run.release,
         flashinfer_sampler=run.flashinfer_sampler,
+        old_driver=run.old_driver,
         fit=fit,
     )
     return got
