@@ -137,11 +137,13 @@ def out_of_scope(r: dict[str, Any]) -> str:
     return ""
 
 
-TORCH_TOTAL_GIB = {"H100 80GB": 79.22, "A100 40GB": 39.38, "A100 80GB": 79.25}
+TORCH_TOTAL_GIB = {"H100 80GB": 79.22, "A100 40GB": 39.38, "A100 80GB": 79.25, "A800 80GB": 79.25}
 """A card's total as PyTorch reports it, which vLLM's share is of, for rows whose total is inferred from
 nvidia-smi's MiB (81,559 MiB is 79.65 GiB, 81,920 is 80.0): the H100's and the A100 40 GB's as rows of
 the same file print them (``total_gpu_memory (79.22GiB)``, 39.38), the A100 80 GB's from PyTorch's
-out-of-memory message on one ("79.25 GiB total capacity", levihsu/OOTDiffusion issue 235)."""
+out-of-memory message on one ("79.25 GiB total capacity", levihsu/OOTDiffusion issue 235). The A800 80GB,
+the A100 80GB's export variant, reports the same 81,920 MiB to nvidia-smi, so the A100's figure is taken
+for it (inferred: no log here prints an A800's PyTorch total)."""
 
 
 def card_total(r: dict[str, Any]) -> float:

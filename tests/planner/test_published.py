@@ -60,7 +60,7 @@ def test_vllm_at_each_runs_own_settings_is_under_on_one_row_and_within_ten_perce
     within = sum(1.0 <= p.ratio <= WITHIN for p in held)
     assert (within, len(held)) == (33, 36)
     out = [p for p in V.rows() if p.why_not.startswith("out of scope")]
-    assert len(out) == 10 and len(VLLM) + len(out) == 47
+    assert len(out) == 10 and len(VLLM) + len(out) == 55
 
 
 def test_the_capture_row_28_logged_took_less_than_its_estimate_wherever_else_it_ran() -> None:
