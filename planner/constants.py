@@ -165,11 +165,12 @@ part of that row's 1.35 GiB is likely the encoder's, read here as NCCL's."""
 VLLM_MAX_CAPTURE = 512
 """The largest batch vLLM captures a CUDA graph for (``max_cudagraph_capture_size`` at most 512)."""
 
-VLLM_VISION_BYTES = 24
+VLLM_VISION_BYTES = 28
 """Bytes per (batched token × vision tower width) of vLLM's encoder profile: the dummy images it fills its
-encoder budget with, through the tower. Fitted on the published logs: Qwen3-VL-30B-A3B at TP 2 (vLLM 0.12,
-8,192 batched tokens, 64 sequences, width 1,152) needs 21 beyond the other terms; counted at 24. Small:
-on these logs the encoder's profile mostly fits in what the other terms keep."""
+encoder budget with, through the tower. Fitted on the published logs (``tests/planner/published_fit.py``):
+Qwen3-VL-30B-A3B at TP 2 (vLLM 0.12, 8,192 batched tokens, 64 sequences, width 1,152) needs 21 beyond the
+other terms, a Qwen3.5-27B fine-tune at TP 4 (0.19.0, whose encoder vLLM profiles with one image of
+16,384 tokens) 28. Small: on these logs the encoder's profile mostly fits in what the other terms keep."""
 
 UNKNOWN_VOCAB = 262_208
 """The vocabulary counted when a model's is not known: Gemma 3's, the largest in the profiles."""

@@ -38,6 +38,7 @@ FIELDS = frozenset(
         "enforce_eager",
         "limit_mm_per_prompt",
         "sampler",
+        "nvidia_driver",
         "weights_gib",
         "non_torch_gib",
         "activation_peak_gib",
@@ -50,7 +51,7 @@ FIELDS = frozenset(
         "notes",
     )
 )
-REQUIRED = FIELDS - {"limit_mm_per_prompt", "sampler"}
+REQUIRED = FIELDS - {"limit_mm_per_prompt", "sampler", "nvidia_driver"}
 """Every row carries every field (null where the log is silent); the multimodal limit only where it was set,
 and the sampler only where the excerpt quotes the line that names it."""
 SAMPLER_LINES = {
@@ -118,6 +119,13 @@ def test_a_recorded_sampler_is_the_one_its_excerpt_names(row: dict[str, Any]) ->
     """Lines wrapped in the file are joined before the search."""
     assert row["sampler"] in SAMPLER_LINES
     assert SAMPLER_LINES[row["sampler"]] in row["excerpt"].replace("\n", "")
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if r.get("nvidia_driver")], ids=_row_id)
+def test_a_recorded_driver_says_where_it_was_read(row: dict[str, Any]) -> None:
+    """A start-up log does not print the driver: a row that records one says in ``inferred`` where it was
+    read, naming the version."""
+    assert row["nvidia_driver"] in row["inferred"]["nvidia_driver"]
 
 
 @pytest.mark.parametrize("row", ROWS, ids=_row_id)
