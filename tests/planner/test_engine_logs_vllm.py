@@ -6,6 +6,7 @@ check a memory estimate against.
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 from pathlib import Path
@@ -152,3 +153,26 @@ def test_the_table_is_wide_enough_to_check_an_estimate_against() -> None:
     assert any(row["kv_cache_dtype"].startswith("fp8") for row in ROWS)
     assert any(row["enforce_eager"] for row in ROWS)
     assert {row.get("sampler") for row in ROWS} >= {"flashinfer", "pytorch"}
+
+
+def test_the_readme_counts_what_the_file_holds() -> None:
+    """README-vllm.md's counts are written by hand: its rows, models, cards and sources are the file's."""
+    text = (Path(__file__).parent / "engine_logs" / "README-vllm.md").read_text(encoding="utf-8")
+    assert f"## What is in it ({len(ROWS)} rows, {len({r['model'] for r in ROWS})} models)" in text
+    cards = collections.Counter(r["card"] for r in ROWS)
+    line = next(x for x in text.splitlines() if x.startswith("| cards |"))
+    assert sorted(line.removeprefix("| cards |").strip(" |").split(", ")) == sorted(
+        f"{c} ({n})" for c, n in cards.items()
+    )
+    for repo, n in collections.Counter(_source_repo(r["source"]) for r in ROWS).items():
+        assert f"| {repo} | {n} |" in text, f"{repo}: {n} rows, not as the README says"
+
+
+def _source_repo(url: str) -> str:
+    """The source as the README's table names it: a repository, or an issue or pull request thread."""
+    parts = url.split()[0].split("/")
+    if "github.com" in url and len(parts) > 6 and parts[5] in ("issues", "pull"):
+        return "/".join(parts[:7])
+    if "github.com" in url:
+        return "/".join(parts[:5])
+    return url.split()[0]
