@@ -26,6 +26,8 @@ SMI_CARDS_ARGS = (
 )
 SMI_APPS_ARGS = ("--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader,nounits")
 """What the agent asks nvidia-smi when NVML is missing: the cards, then the compute processes (MiB)."""
+SMI_DRIVER_ARGS = ("--query-gpu=driver_version", "--format=csv,noheader")
+"""And the driver's version, one line a card."""
 
 MEMINFO_PATH = "/proc/meminfo"
 PROC_PATH = "/proc"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -11,6 +12,7 @@ from typing import Any
 
 from planner.errors import InvalidInput, ModelplanError
 from planner.pool import ID_REGEX
+from planner.vllmrelease import old_driver
 from producer.agent.engines import replica_of
 from producer.agent.heartbeat import heartbeat_dict
 from producer.agent.hooks import StartHook, StopHook, log_start, log_stop
@@ -81,6 +83,7 @@ class Agent:
         self._noted: set[str] = set()
         self._seen: tuple[tuple[str, int], tuple[tuple[int, str], ...]] | None = None
         self._beats = BeatLog()
+        self._driver_checked = False
 
     @property
     def log(self) -> Any:
@@ -102,7 +105,27 @@ class Agent:
                     ignored=[{"index": c.index, "name": c.name, "class": c.label} for c in ignored],
                     why="a node reports one card class: the most common one",
                 )
+        if cards and not self._driver_checked:
+            self._driver_checked = True
+            self._check_driver()
         return cards, self.reader.memory()
+
+    def _check_driver(self) -> None:
+        """Warn once where the cards' driver is older than the 550 branch, under which vLLM's CUDA graphs
+        take about three times what a plan counts unless the workers are told (``nvidia_driver``)."""
+        read = getattr(self.reader, "driver", None)
+        version = read() if callable(read) else None
+        try:
+            old = old_driver(version)
+        except ValueError:
+            old = False
+        if old:
+            self.log.warning(
+                "old_driver",
+                driver=version,
+                why="before the 550 branch vLLM's CUDA graphs take about 3.4 times the memory a plan counts",
+                fix=f"set MODELPLAN_SETTINGS='{json.dumps({'vllm': {'nvidia_driver': version}})}' for the workers",
+            )
 
     def heartbeat(self, cards: Sequence[Card], memory: HostMemory) -> Heartbeat:
         """The next heartbeat (its ``seq`` one past the last) from readings and the started holds."""

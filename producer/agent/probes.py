@@ -155,6 +155,7 @@ class Nvml(Protocol):
     def nvmlDeviceGetUUID(self, handle: Any) -> str | bytes: ...
     def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any: ...
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> Sequence[Any]: ...
+    def nvmlSystemGetDriverVersion(self) -> str | bytes: ...
 
 
 def nvml_readings(nvml: Nvml) -> list[dict[str, Any]]:
@@ -305,6 +306,23 @@ class SystemReader:
         except OSError:
             return None
         return process_memory_from_status(text)
+
+    def driver(self) -> str | None:
+        """The NVIDIA driver's version (``535.230.02``) from NVML, else nvidia-smi; None where neither
+        answers (a CPU node)."""
+        api = self._nvml()
+        if api is not None:
+            try:
+                api.nvmlInit()
+                try:
+                    return _text(api.nvmlSystemGetDriverVersion()).strip()
+                finally:
+                    api.nvmlShutdown()
+            except api.NVMLError as e:
+                log.debug("nvml_failed", error=str(e))
+        listed = self._smi(K.SMI_DRIVER_ARGS)
+        versions = [line.strip() for line in (listed or "").splitlines() if line.strip()]
+        return versions[0] if versions else None
 
     def card_use(self) -> tuple[str, list[CardUse]]:
         """What each compute process holds on each card: NVML's per-process figures, else nvidia-smi's

@@ -75,9 +75,10 @@ class FakeNvml:
 
     NVMLError: type[Exception] = _NvmlError
 
-    def __init__(self, readings: list[dict[str, Any]], init_error: str = "") -> None:
+    def __init__(self, readings: list[dict[str, Any]], init_error: str = "", driver: str = "580.159.04") -> None:
         self.readings = readings
         self.init_error = init_error
+        self.driver = driver
         self.open = 0
 
     def nvmlInit(self) -> None:
@@ -106,6 +107,9 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> Sequence[Any]:
         return [SimpleNamespace(pid=p["pid"], usedGpuMemory=p["used"]) for p in handle["procs"]]
 
+    def nvmlSystemGetDriverVersion(self) -> str | bytes:
+        return self.driver.encode()
+
 
 @dataclass
 class FakeSmi:
@@ -114,9 +118,13 @@ class FakeSmi:
     cards: str | None
     apps: str | None = ""
     calls: list[tuple[str, ...]] = field(default_factory=list)
+    driver: str | None = None
+    """``--query-gpu=driver_version``'s answer."""
 
     def __call__(self, args: Sequence[str]) -> str | None:
         self.calls.append(tuple(args))
+        if tuple(args) == K.SMI_DRIVER_ARGS:
+            return self.driver
         return self.cards if tuple(args) == K.SMI_CARDS_ARGS else self.apps
 
 
