@@ -139,16 +139,16 @@ def vllm_graphs(
 ) -> int:
     """CUDA graph memory on each card: per layer the card holds, and per unit of hidden size its share,
     for every batch size captured (the profiles captured all 67); and a fixed part. Under a driver older
-    than the 550 branch (``old_driver``), ``OLD_DRIVER_GRAPHS`` of that (``planner.vllmrelease``)."""
+    than the 550 branch (``old_driver``), the part per size ``OLD_DRIVER_GRAPHS`` times (``planner.vllmrelease``)."""
     layers = -(-(shape.layers or UNKNOWN_LAYERS) // pp)
     hidden = shape.hidden or UNKNOWN_HIDDEN
     moe = fit.graphs_moe if shape.moe else 0
     per_size = layers * fit.graphs_per_layer + hidden * fit.graphs_per_hidden // tp + moe
-    graphs = fit.graphs_fixed + per_size * graph_sizes(max_seqs) // graph_sizes(VLLM_MAX_SEQS)
+    sized = per_size * graph_sizes(max_seqs) // graph_sizes(VLLM_MAX_SEQS)
     if old_driver:
         times, per = OLD_DRIVER_GRAPHS
-        return graphs * times // per
-    return graphs
+        sized = sized * times // per
+    return fit.graphs_fixed + sized
 
 
 def vllm_vision(shape: EngineShape, batched_tokens: int, images: int | None, *, fit: VllmFit = VLLM_FIT) -> int:

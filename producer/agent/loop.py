@@ -123,7 +123,7 @@ class Agent:
             self.log.warning(
                 "old_driver",
                 driver=version,
-                why="before the 550 branch vLLM's CUDA graphs take about 3.4 times the memory a plan counts",
+                why="before the 550 branch vLLM's CUDA graphs take about three times the memory a plan counts",
                 fix=f"set MODELPLAN_SETTINGS='{json.dumps({'vllm': {'nvidia_driver': version}})}' for the workers",
             )
 

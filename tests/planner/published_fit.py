@@ -26,11 +26,11 @@ from tests.planner import published_llamacpp as L
 from tests.planner import published_vllm as V
 
 VLLM_EXCEPTIONS = {
-    28: "CUDA graphs: 2.85 GiB logged, where the estimate counts 1.00 at a current driver and 3.40 under one "
+    28: "CUDA graphs: 2.85 GiB logged, where the estimate counts 1.00 at a current driver and 3.19 under one "
     "before the 550 branch (nvidia_driver; vLLM issue 5517: graphs 3.3 times larger under 12.2/12.3 drivers). "
     "The log does not print its driver and the table reads it as a current one; the capture is the old "
-    "drivers' figure (the one published log on a 535 driver took 3.1 times the term), where this model took "
-    "0.50 on an A100 80GB under 0.17.1 and 0.38 under 0.11.0 at 128 sequences. At a driver before 550: × 1.054",
+    "drivers' figure (the one published 0.11 log on a 535 driver took 3.1 times the term), where this model took "
+    "0.50 on an A100 80GB under 0.17.1 and 0.38 under 0.11.0 at 128 sequences. At a driver before 550: × 1.043",
 }
 VLLM_OVER = {
     22: "a 2B embedding model on a T4, eager: 0.44 GiB beside its weights, of which the estimate's 0.5 GiB "
