@@ -171,3 +171,11 @@ def test_a_hybrids_recurrent_state_is_kept_for_every_slot() -> None:
         got = gguf_kv_bytes(shape, r["n_ctx"])  # llama-server's defaults: 4 slots on one cache of -c cells
         assert 1.0 <= got / (context_mib * MIB) <= 1.01, (i, got / MIB, context_mib)
         assert got - gguf_kv_bytes(replace(shape, state_bytes_per_sequence=0), r["n_ctx"]) > 290 * MIB
+
+
+def test_vision_models_count_their_encoder_and_are_within_ten_percent_of_their_logs() -> None:
+    """The vision term is in the estimate of each vision row it is counted for, and those rows are within
+    10% of what their logs took: Qwen3-VL, Qwen2.5-VL, LLaVA and Qwen3.5's encoder among them."""
+    counted = [p for p in VLLM if dict(p.own.parts)["vision encoder"] > 0]
+    within = [p for p in counted if 1.0 <= p.ratio <= WITHIN]
+    assert len(within) >= 2 and len({p.label.split()[0] for p in within}) >= 2, [p.label for p in counted]
