@@ -22,6 +22,7 @@ from planner.model import Artifact, Option, PoolNode, Shape
 from planner.observed import Seen, observe
 from planner.options import classes, gguf_kv_bytes, options, original_kv_bytes
 from planner.parallel import vllm_kv_spread, vllm_tp_allowed
+from planner.quantconfig import BNB_4BIT
 from planner.settings import NO_SETTINGS, Settings, llamacpp_run, vllm_run
 from planner.view import Nodes, PoolView, pool_view
 from planner.vllmcost import vllm_split
@@ -350,7 +351,14 @@ def why_unfit(
                 spread = vllm_kv_spread(shape, kv, w)
                 run = vllm_run(settings.vllm, widest.gpu_class, widest.mem_gb, context)
                 need = vllm_split(
-                    weights, spread, engine_shape(shape), tp=w, context=context, estimate=estimate, run=run
+                    weights,
+                    spread,
+                    engine_shape(shape),
+                    tp=w,
+                    context=context,
+                    estimate=estimate,
+                    run=run,
+                    dequantised=a.quant == BNB_4BIT,
                 )
             per = gib(need.total)
             cards = f"needs {per:.1f} GiB a card on {w} × {widest.gpu_class} of {widest.budget_gb:.1f}"

@@ -67,6 +67,8 @@ class EngineShape:
     """The engine computes in float32 (a float32 checkpoint vLLM is asked to keep so)."""
     vision_hidden: int = 0
     """The vision tower's width, which sizes vLLM's encoder profile; 0: none counted."""
+    mlp_width: int = 0
+    """Each dense MLP matrix's width: a bitsandbytes weight's largest shard is it by the hidden size."""
     heads: int = 0
     """Attention heads: llama.cpp without flash attention holds every head's scores; 0 is unknown."""
 
@@ -99,6 +101,7 @@ def engine_shape(shape: Shape, *, gguf: bool = False) -> EngineShape:
         moe=shape.experts > 0,
         multimodal=shape.vision_params > 0 and not gguf,
         vision_hidden=0 if gguf else shape.vision_hidden,
+        mlp_width=shape.mlp_width,
         heads=shape.heads,
     )
 

@@ -52,11 +52,23 @@ def gguf_width(weights: int, kv: int, mem_gb: int, max_gpus: int, s: Sizing) -> 
 
 
 @lru_cache(maxsize=SIZING_CACHE)
-def vllm_need(weights: int, kv: int, shape: Shape, tp: int, pp: int, s: Sizing, run: VllmRun | None = None) -> Need:
+def vllm_need(
+    weights: int,
+    kv: int,
+    shape: Shape,
+    tp: int,
+    pp: int,
+    s: Sizing,
+    run: VllmRun | None = None,
+    *,
+    dequantised: bool = False,
+) -> Need:
     """One of ``tp × pp`` cards of a vLLM replica run with ``run`` (vLLM's defaults on an H100 where None),
-    with the KV cache spread as vLLM shards it."""
+    with the KV cache spread as vLLM shards it; ``dequantised``: bitsandbytes 4-bit weights."""
     spread = vllm_kv_spread(shape, kv, tp)
-    return vllm_split(weights, spread, s.shape, tp=tp, pp=pp, context=s.context, estimate=s.estimate, run=run)
+    return vllm_split(
+        weights, spread, s.shape, tp=tp, pp=pp, context=s.context, estimate=s.estimate, run=run, dequantised=dequantised
+    )
 
 
 class GgufLayout:

@@ -92,6 +92,8 @@ class Shape:
     unknown."""
     vision_hidden: int = 0
     """The vision tower's width, which sizes vLLM's profile of its encoder; 0 without one or unknown."""
+    mlp_width: int = 0
+    """Each dense MLP matrix's width (``intermediate_size``); 0 unknown."""
     state_bytes_per_sequence: int = 0
     """The fixed state each sequence keeps in the layers that are not attention (Mamba's convolution and
     SSM state, a gated DeltaNet's recurrent state), as vLLM allocates it; 0 for a model of attention only."""

@@ -49,6 +49,22 @@ def vision_hidden(lang: LanguageConfig) -> int:
     return _int(vision, "hidden_size") or _int(vision, "embed_dim") or _int(vision, "vt_hidden_size")
 
 
+def mlp_width(lang: LanguageConfig) -> int:
+    """Each dense MLP matrix's width (``intermediate_size``, four times the hidden size where the config
+    gives none; Llama 4's dense ``intermediate_size_mlp``, QWen v1's half, Granite 4.0-H's shared one); 0
+    without a hidden size."""
+    cfg = lang.fields
+    hidden = _int(cfg, "hidden_size")
+    if not hidden:
+        return 0
+    width = _int(cfg, "intermediate_size_mlp") or _int(cfg, "intermediate_size", 4 * hidden)
+    if lang.model_type in HALVED_MLP:
+        width //= 2
+    if lang.model_type == "granitemoehybrid":  # its dense MLP is the shared one every layer has
+        width = _int(cfg, "shared_intermediate_size", width)
+    return width
+
+
 def params_from_config(lang: LanguageConfig, kv_heads: int, plan: tuple[Layer, ...] = ()) -> int:
     """The parameter count from the shapes, layer by layer as ``plan`` has them (``planner.layers``; empty:
     read from the config); 0 when a shape it needs is missing."""
@@ -61,12 +77,7 @@ def params_from_config(lang: LanguageConfig, kv_heads: int, plan: tuple[Layer, .
     head_dim = _int(cfg, "head_dim", hidden // heads)
     embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
     mats = 2 if lang.model_type in UNGATED_MLP else 3
-    # Llama 4: the dense layers' MLP is intermediate_size_mlp wide, the experts' intermediate_size
-    dense_inter = _int(cfg, "intermediate_size_mlp") or _int(cfg, "intermediate_size", 4 * hidden)
-    if lang.model_type in HALVED_MLP:
-        dense_inter //= 2
-    if lang.model_type == "granitemoehybrid":  # its dense MLP is the shared one every layer has
-        dense_inter = _int(cfg, "shared_intermediate_size", dense_inter)
+    dense_inter = mlp_width(lang)
     moe = _moe(lang, hidden, mats) if any(layer.mlp == "moe" for layer in plan) else 0
     total = embed + (2 * len(plan) + 1) * hidden + _vision(lang.top, hidden)
     for layer in plan:

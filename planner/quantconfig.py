@@ -31,6 +31,9 @@ ORIGINAL_BITS: dict[str, float] = {
 }
 """Nominal bits per weight of an original's quantisation, for when its parameter count is unknown."""
 
+BNB_4BIT = "bnb-nf4"
+"""bitsandbytes 4-bit (``load_in_4bit``), whose forward pass dequantises each weight before its matmul."""
+
 _DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
 _MODELOPT_ALGOS = {"FP8": "fp8", "NVFP4": "nvfp4", "W4A16_AWQ": "awq-int4", "W4A8_AWQ": "awq-int4", "INT8_SQ": "int8"}
 
@@ -84,7 +87,7 @@ def _from_quantization_config(q: Mapping[str, Any]) -> str:
     if method == "mxfp4":
         return "mxfp4"
     if method == "bitsandbytes":
-        return "bnb-nf4" if q.get("load_in_4bit") else "bnb-int8"
+        return BNB_4BIT if q.get("load_in_4bit") else "bnb-int8"
     if method == "modelopt":
         algo = q.get("quant_algo")
         return _MODELOPT_ALGOS.get(str(algo).upper(), str(algo).lower()) if algo else "modelopt"

@@ -12,7 +12,7 @@ from planner.errors import InvalidInput
 from planner.layers import layer_plan
 from planner.mixers import state_bytes_per_sequence
 from planner.model import Shape
-from planner.params import params_from_config, vision_hidden, vision_params
+from planner.params import mlp_width, params_from_config, vision_hidden, vision_params
 
 MAX_CONFIG_DIMENSION = 1 << 24
 """Bounds on a config's layer, head and width counts: far past any model, short of overflowing the
@@ -104,6 +104,7 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
         vision_hidden=vision_hidden(lang),
         layers=layers,
         hidden=_size(cfg, "hidden_size"),
+        mlp_width=mlp_width(lang),
         vocab=_size(cfg, "vocab_size"),
         experts=max(_size(cfg, name) for name in EXPERT_FIELDS),
         attention_layers=len(attention),

@@ -151,6 +151,20 @@ def vllm_graphs(
     return fit.graphs_fixed + sized
 
 
+def vllm_dequantised(shape: EngineShape, tp: int = 1) -> int:
+    """The largest weight shard a bitsandbytes 4-bit model's forward pass holds dequantised, which its CUDA
+    graphs keep in their pool. For more than one token bitsandbytes dequantises the weight to the compute
+    dtype before the matmul (``matmul_4bit`` → ``MatMul4Bit``: ``dequantize_4bit(B).to(A.dtype)``,
+    bitsandbytes/autograd/_functions.py), and vLLM calls it a shard at a time (``_apply_4bit_weight``,
+    vllm/model_executor/layers/quantization/bitsandbytes.py): the largest is an MLP matrix, its width by the
+    hidden size, split over the tensor-parallel group; two bytes an element. The published 70B in
+    bitsandbytes 4-bit took 0.73 GiB of graphs beyond the term; its shard is 0.44 GiB. An unknown width is
+    counted at six times the hidden size (Qwen2.5-7B's is 5.3)."""
+    hidden = shape.hidden or UNKNOWN_HIDDEN
+    width = max(shape.mlp_width or 6 * hidden, hidden)
+    return width * hidden * 2 // tp
+
+
 def vllm_vision(shape: EngineShape, batched_tokens: int, images: int | None, *, fit: VllmFit = VLLM_FIT) -> int:
     """vLLM's profile of a vision encoder: dummy images up to its encoder budget (the batched tokens), each
     token through a tower of ``vision_hidden``; none where images are turned off (``images`` 0)."""
@@ -178,6 +192,7 @@ def vllm_card(
     release: Release = DEFAULT_RELEASE,
     flashinfer_sampler: bool = False,
     old_driver: bool = False,
+    dequantised: bool = False,
     fit: VllmFit = VLLM_FIT,
 ) -> Need:
     """One card of a vLLM replica holding ``weights`` and ``kv`` bytes (its share of each), started with
@@ -189,7 +204,7 @@ def vllm_card(
     before vLLM profiles, live in the rest of the card."""
     if estimate == "seed":
         return need_of(weights, kv, (("2 GiB + weights/5", vllm_overhead_bytes(weights)),))
-    parts = (
+    parts: tuple[tuple[str, int], ...] = (
         ("non-torch", vllm_non_torch(tp, pp, pcie=pcie, p2p=p2p, fit=fit)),
         (
             "activation peak",
@@ -210,6 +225,8 @@ def vllm_card(
         ),
         ("vision encoder", vllm_vision(shape, batched_tokens, images, fit=fit)),
     )
+    if dequantised and not enforce_eager:
+        parts += (("bitsandbytes dequantised weight", vllm_dequantised(shape, tp)),)
     return need_of(weights, kv, parts, thin_data(shape, context))
 
 
@@ -223,14 +240,18 @@ def vllm_split(
     context: int,
     estimate: Estimate = DEFAULT_ESTIMATE,
     run: VllmRun | None = None,
+    dequantised: bool = False,
 ) -> Need:
     """One of ``tp × pp`` cards of a vLLM replica: its share of the weights and of ``kv`` (the KV cache the
-    whole group holds, replicated heads included), counted as the seed did, and vLLM's cost on a card."""
+    whole group holds, replicated heads included), counted as the seed did, and vLLM's cost on a card;
+    ``dequantised``: bitsandbytes 4-bit weights (``vllm_dequantised``)."""
     cards = tp * pp
     share = weights // cards
     kv_share = (weights + kv) // cards - share
     if run is None:
-        return vllm_card(share, kv_share, shape, tp=tp, pp=pp, estimate=estimate, context=context)
+        return vllm_card(
+            share, kv_share, shape, tp=tp, pp=pp, estimate=estimate, context=context, dequantised=dequantised
+        )
     return vllm_card(
         share,
         kv_share,
@@ -249,4 +270,5 @@ def vllm_split(
         release=run.release,
         flashinfer_sampler=run.flashinfer_sampler,
         old_driver=run.old_driver,
+        dequantised=dequantised,
     )

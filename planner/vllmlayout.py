@@ -12,6 +12,7 @@ from planner.groups import FabricGroup, Group
 from planner.layouts import vllm_need
 from planner.model import Artifact, Option, Shape
 from planner.parallel import vllm_tp_allowed
+from planner.quantconfig import BNB_4BIT
 from planner.settings import VllmRun, vllm_run
 
 
@@ -44,7 +45,7 @@ class VllmLayout:
 
         @cache  # a layout's need is the same on every fabric, and a pool may have hundreds of fabrics
         def need(tp: int, pp: int, run: VllmRun) -> Need:
-            return vllm_need(a.weights_bytes, kv, shape, tp, pp, sizing, run)
+            return vllm_need(a.weights_bytes, kv, shape, tp, pp, sizing, run, dequantised=a.quant == BNB_4BIT)
 
         self.need = need
 

@@ -31,11 +31,6 @@ VLLM_EXCEPTIONS = {
     "The log does not print its driver and the table reads it as a current one; the capture is the old "
     "drivers' figure (the one published 0.11 log on a 535 driver took 3.1 times the term), where this model took "
     "0.50 on an A100 80GB under 0.17.1 and 0.38 under 0.11.0 at 128 sequences. At a driver before 550: × 1.043",
-    61: "CUDA graphs: 2.89 GiB logged for a bitsandbytes 4-bit 70B, 1.34 times the term on a 560 driver. For "
-    "more than one token bitsandbytes dequantises each weight shard to the compute dtype before its matmul "
-    "(MatMul4Bit), so the graphs' pool holds the largest shard, about 0.44 GiB for Llama-3.3-70B's MLP, which "
-    "no term counts. 0.3% under at the card's nvidia-smi total; PyTorch's total, which vLLM's share is of, is "
-    "not published for an H100 NVL and is smaller",
 }
 VLLM_OVER = {
     22: "a 2B embedding model on a T4, eager: 0.44 GiB beside its weights, of which the estimate's 0.5 GiB "

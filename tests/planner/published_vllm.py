@@ -94,6 +94,7 @@ def shape_of(model: str) -> EngineShape:
         moe=(s["experts"] or 0) > 0,
         multimodal=bool(vision),
         vision_hidden=vision.get("vision_hidden") or 0,
+        mlp_width=s.get("mlp_width") or 0,
     )
 
 
@@ -184,6 +185,7 @@ def need(r: dict[str, Any], s: VllmSettings, fit: VllmFit = VLLM_FIT) -> Need:
         release=run.release,
         flashinfer_sampler=run.flashinfer_sampler,
         old_driver=run.old_driver,
+        dequantised=r["quantization"] == "bitsandbytes" and "4bit" in r["model"].lower(),
         fit=fit,
     )
     return got
