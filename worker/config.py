@@ -40,7 +40,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
@@ -286,15 +286,17 @@ def _connect_sentinel(url: str) -> redis.Redis:
         "username": params.get("sentinel_username", [None])[0],
         "password": params.get("sentinel_password", [None])[0],
     }
-    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    # redis-py's annotations of Sentinel differ from release to release (untyped before 8.2, then typed
+    # keyword by keyword): the arguments are checked here, the call is made untyped so both releases pass
+    make_sentinel: Any = redis.sentinel.Sentinel
+    kwargs: dict[str, Any] = {**_timeouts(), **{k: v for k, v in creds.items() if v}}
+    sentinel = make_sentinel(
         hosts,
         sentinel_kwargs={**_timeouts(retry=False), **{k: v for k, v in sentinel_creds.items() if v}},
         db=db,
-        **_timeouts(),
-        **{k: v for k, v in creds.items() if v},
+        **kwargs,
     )
-    client: redis.Redis = sentinel.master_for(service, redis_class=redis.Redis)  # type: ignore[no-untyped-call]
-    return client
+    return cast(redis.Redis, sentinel.master_for(service, redis_class=redis.Redis))
 
 
 def _sentinel_host(url: str, text: str) -> tuple[str, int]:
