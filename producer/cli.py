@@ -22,6 +22,8 @@ from planner import (
     plan,
     pool_nodes,
 )
+from planner.decide import why_unfit
+from planner.longest import longest_context
 from planner.settings import merged
 from producer import cliargs
 from producer.client import Client, request_from_repository
@@ -66,7 +68,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([o.to_json() for o in by_estimate[chosen]], indent=2))
     else:
-        print(options_table(by_estimate[chosen]))
+        if by_estimate[chosen]:
+            print(options_table(by_estimate[chosen]))
+        elif not nodes:
+            print(options_table((), f"the pool in {args.pool} has no node"))
+        else:
+            # what a worker records for such a job, and the context that would fit where a shorter one does
+            why = why_unfit(repo.artifacts, repo.shape, nodes, args.context, chosen, settings)
+            longest = longest_context(repo.artifacts, repo.shape, nodes, args.context, chosen, settings)
+            print(options_table((), why, longest))
         for note in repo.notes:
             print(f"note: {note}")
         print()

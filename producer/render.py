@@ -17,11 +17,16 @@ from worker.records import JobRecord, JobState
 _HEADERS = ("#", "artifact", "bits", "engine", "where", "need / have GiB", "hosts", "now")
 
 
-def options_table(opts: Sequence[Option]) -> str:
+def options_table(opts: Sequence[Option], why: str = "", longest: int | None = None) -> str:
     """The options best first: where each runs, what one card (or, on the CPU, the node's RAM) must hold
-    against what it offers, how many nodes could run it, and whether it could start now or is busy."""
+    against what it offers, how many nodes could run it, and whether it could start now or is busy.
+    Where there is none: ``why`` (as a worker records it for a job that fails), and the ``longest``
+    context that would fit, where a shorter one does."""
     if not opts:
-        return "no option: nothing in the pool can hold any artifact of this repository"
+        said = f"no option: {why or 'nothing in the pool can hold any artifact of this repository'}"
+        if longest is not None:
+            said += f"\nit fits at a context of up to {longest} tokens (--context {longest})"
+        return said
     rows = [
         (
             str(i),
