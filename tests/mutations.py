@@ -10,8 +10,8 @@ then the older tests found to catch it; ``--every`` names every test of a select
 
 For each mutation the tracked and untracked-but-not-ignored files are copied to a temporary directory, the
 replacement is made there, and pytest runs the selection there with the repository's interpreter
-(``.venv/bin/python`` of the repository it runs from, else ``/work/main/.venv/bin/python``; ``--python``
-to choose). Tests failing is ``caught``; tests passing is ``missed``. First the union of the selections
+(``.venv/bin/python`` of the repository it runs from, found relative to this file; ``--python`` to
+choose another). Tests failing is ``caught``; tests passing is ``missed``. First the union of the selections
 runs once on an unmutated copy: a selection that fails there proves nothing.
 """
 
@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-FALLBACK_PYTHON = Path("/work/main/.venv/bin/python")
 
 RUN_TIMEOUT_S = 600
 """A selection that runs this long is stopped and counted as caught: it did not pass (pytest's own
@@ -324,8 +322,9 @@ def by_name() -> dict[str, Mutation]:
 
 
 def default_python(root: Path) -> Path:
-    own = root / ".venv" / "bin" / "python"
-    return own if own.exists() else FALLBACK_PYTHON
+    """The checkout's own interpreter, ``root/.venv/bin/python``, whether or not it exists (``main`` says
+    when it does not)."""
+    return root / ".venv" / "bin" / "python"
 
 
 def tracked_files(root: Path) -> list[str]:
@@ -467,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = ROOT
     python = args.python or default_python(root)
     if not python.exists():
-        print(f"mutate: no interpreter at {python}; run scripts/setup or give --python", file=sys.stderr)
+        print(f"mutate: no {python}; run scripts/setup, or give --python", file=sys.stderr)
         return 2
     files = tracked_files(root)
     started = time.monotonic()

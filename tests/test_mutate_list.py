@@ -3,6 +3,7 @@ mutation whose snippet is not in its file exactly once is refused by name rather
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -40,3 +41,20 @@ def test_a_snippet_found_once_is_replaced(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text("x = 1\ny = 1\n")
     apply(Mutation(name="m", rule="r", path="m.py", snippet="x = 1", replacement="x = 2", tests=("t",)), tmp_path)
     assert (tmp_path / "m.py").read_text() == "x = 2\ny = 1\n"
+
+
+def test_the_interpreter_is_the_checkouts_own(tmp_path: Path) -> None:
+    from tests.mutations import default_python
+
+    assert default_python(ROOT) == ROOT / ".venv" / "bin" / "python"
+    # a checkout without one gets no other machine's: it is named, for main() to say it is missing
+    assert default_python(tmp_path) == tmp_path / ".venv" / "bin" / "python"
+
+
+def test_the_script_without_a_venv_says_so_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "mutate"
+    shutil.copy2(ROOT / "scripts" / "mutate", script)
+    done = subprocess.run([str(script), "--list"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr == f"mutate: no {tmp_path / '.venv/bin/python'}; run scripts/setup, or give --python\n"
