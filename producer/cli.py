@@ -290,7 +290,7 @@ def _where(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = cliargs.parse(parser(), argv)
     if args.command not in ("worker", "agent"):
         # a command's output is its answer: its log lines (warnings and worse) go to standard error
         configure_logging("WARNING", sys.stderr)

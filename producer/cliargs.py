@@ -4,9 +4,11 @@ text (``producer.cli`` runs them; docs/CLI.md lists them)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
+from typing import NoReturn
 
 from planner import DEFAULT_CONTEXT, ESTIMATES, InvalidInput
 from producer import agent, clients, operator
@@ -43,14 +45,18 @@ def add_repository_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--repo",
         metavar="DIR|ORG/NAME",
-        help="a local folder holding the repository (a downloaded snapshot), or a Hugging Face Hub id",
+        help="a local folder holding the repository (a downloaded snapshot), or a Hugging Face Hub id (or its "
+        "page's address)",
     )
-    p.add_argument("--revision", default="main", help="with --repo ORG/NAME: the Hub revision (default main)")
+    p.add_argument(
+        "--revision",
+        help="with --repo ORG/NAME: the Hub revision (default: the one a Hub address names, else main)",
+    )
     p.add_argument(
         "--context",
-        type=int,
+        type=tokens,
         default=DEFAULT_CONTEXT,
-        help=f"tokens of context to plan for (default {DEFAULT_CONTEXT})",
+        help=f"tokens of context to plan for, k for 1,024 (8k = 8192; default {DEFAULT_CONTEXT})",
     )
     p.add_argument(
         "--estimate",
@@ -59,6 +65,20 @@ def add_repository_args(p: argparse.ArgumentParser) -> None:
         "planner's rule); default: the deployment's (MODELPLAN_ESTIMATE), else measured",
     )
     add_settings_args(p)
+
+
+_TOKENS = re.compile(r"(\d{1,12})([kK]?)")
+
+
+def tokens(text: str) -> int:
+    """A count of tokens as a person types it: a whole number, or one followed by ``k`` (either case) for
+    thousands of 1,024, as context lengths are counted (``8k`` = 8192, ``128k`` = 131072)."""
+    m = _TOKENS.fullmatch(text)
+    if m is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of tokens: give a whole number, or one with k for 1,024 (8k = 8192)"
+        )
+    return int(m[1]) * (1024 if m[2] else 1)
 
 
 def _heartbeat_args(p: argparse.ArgumentParser) -> None:
@@ -102,6 +122,49 @@ def as_flags(e: InvalidInput) -> InvalidInput:
     return out
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: a mistake on its command line is one line naming the flag and what was wrong,
+    not its usage (``modelplan plan --help`` gives that)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message.removeprefix('argument ')}\n")
+
+
+def chosen(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``args`` were parsed for: ``p``, or the subcommand's, nested ones
+    (``client add``) followed down."""
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            name = getattr(args, action.dest, None)
+            if isinstance(name, str) and name in action.choices:
+                return chosen(action.choices[name], args)
+    return p
+
+
+def unknown_flag(p: argparse.ArgumentParser, extras: list[str]) -> str:
+    """What ``p``'s command says of arguments it does not take: an unknown flag with the closest flag it
+    does take (``--ctx``: ``--context``), or, where none is close, where its flags are listed."""
+    flag = next((e for e in extras if e.startswith("--") or (e.startswith("-") and not e[1:2].isdigit())), None)
+    if flag is None:
+        return f"unrecognized arguments: {' '.join(extras)}"
+    flag = flag.partition("=")[0]
+    offered = [s for a in p._actions for s in a.option_strings if s.startswith("--")]
+    close = difflib.get_close_matches(flag, offered, n=1, cutoff=0.6)
+    if close:
+        return f"unknown flag {flag}: did you mean {close[0]}? ({p.prog} --help)"
+    return f"unknown flag {flag} ({p.prog} --help lists the flags)"
+
+
+def parse(top: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """``top.parse_args(argv)``, but arguments a subcommand does not take are refused by that subcommand,
+    in one line naming the closest flag it does take, rather than with the top-level usage."""
+    args, extras = top.parse_known_args(argv)
+    if extras:
+        p = chosen(top, args)
+        p.error(unknown_flag(p, extras))
+    return args
+
+
 def _describe(top: argparse.ArgumentParser) -> None:
     """Give each subcommand's own ``--help`` page the line the list of commands shows, where it has no
     description of its own (those ``producer.agent``, ``producer.operator`` and ``producer.clients`` add
@@ -121,14 +184,14 @@ def parser(commands: Mapping[str, Handler]) -> argparse.ArgumentParser:
     ``setup-redis`` and ``acl`` by their own modules)."""
     top = argparse.ArgumentParser(prog="modelplan", description="Where large language models run on a GPU cluster.")
     top.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
-    sub = top.add_subparsers(dest="command", required=True)
+    sub = top.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     p = sub.add_parser("plan", help="dry run: every way a repository could run on a pool, best first")
     p.add_argument("--pool", required=True, metavar="POOL.json", help="a JSON list of node records")
     add_repository_args(p)
     p.add_argument("--json", action="store_true", help="the options as JSON, in rank order")
     p.set_defaults(func=commands["plan"])
 
-    redis_args = argparse.ArgumentParser(add_help=False)
+    redis_args = CommandParser(add_help=False)
     redis_args.add_argument("--redis-url", help=f"Redis URL (default: ${REDIS_URL_ENV}, else {DEFAULT_REDIS_URL})")
     redis_args.add_argument("--prefix", help=f"key prefix (default: ${PREFIX_ENV}, else {DEFAULT_PREFIX})")
 
@@ -141,7 +204,7 @@ def parser(commands: Mapping[str, Handler]) -> argparse.ArgumentParser:
     _heartbeat_args(p)
     p.set_defaults(func=commands["heartbeat"])
 
-    as_client = argparse.ArgumentParser(add_help=False)
+    as_client = CommandParser(add_help=False)
     as_client.add_argument(
         "--client-id",
         help=f"act as this registered client, through its own request stream (default: ${CLIENT_ID_ENV}, else "

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from planner import InvalidInput, Repository, repository_from_folder, repository_from_listing
 from producer.errors import HubRepoNotFound, HubUnavailable, NoLocalFolder
@@ -42,6 +44,29 @@ def flagged(e: InvalidInput, given: dict[str, str]) -> InvalidInput:
     return e
 
 
+_HUB_PAGE = re.compile(r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/(?P<path>[^?#]*)(?:[?#].*)?", re.I)
+_PAGE_REVISION = ("tree", "blob", "resolve", "commit", "raw")
+"""What a Hub page's address has after ``org/name`` before the revision it shows."""
+
+
+def hub_page(text: str) -> tuple[str, str] | None:
+    """The Hub id (``org/name``) of the address of a model's page on the Hub, as a browser shows it
+    (``https://huggingface.co/org/name``, ``.../tree/main``, ``.../blob/v2/config.json``, ``hf.co/...``),
+    with the revision it names (``""`` where none); None where ``text`` is no Hub address. An address of
+    a dataset, a Space, or of no repository, is refused."""
+    m = _HUB_PAGE.fullmatch(text.strip())
+    if m is None:
+        return None
+    parts = [unquote(p) for p in m["path"].split("/") if p]
+    kinds = {"datasets": "a dataset", "spaces": "a Space"}
+    if parts and parts[0] in kinds:
+        raise InvalidInput("", "--repo", f"{text} names {kinds[parts[0]]}, not a model")
+    if len(parts) < 2:
+        raise InvalidInput("", "--repo", f"{text} names no repository (org/name)")
+    revision = parts[3] if len(parts) > 3 and parts[2] in _PAGE_REVISION else ""
+    return f"{parts[0]}/{parts[1]}", revision
+
+
 def _of_kind(data: Any, kind: type, path: str, flag: str, what: str) -> Any:
     if not isinstance(data, kind):
         raise InvalidInput(path, flag, f"expected {what}, got {type(data).__name__}")
@@ -54,6 +79,18 @@ def load_repository(args: argparse.Namespace, client: Client | None = None) -> R
     if args.repo and (args.files or args.config or args.index or args.headers):
         # which one was meant cannot be told; taking one quietly would plan a model the person did not name
         raise InvalidInput("arguments", "--repo", "give either --repo or --files with --config, not both")
+    revision = args.revision or "main"
+    if args.repo and not Path(args.repo).exists():
+        page = hub_page(args.repo)
+        if page is not None:
+            repo_id, named_revision = page
+            if named_revision and args.revision and named_revision != args.revision:
+                raise InvalidInput(
+                    "",
+                    "--repo",
+                    f"{args.repo} names revision {named_revision}, and --revision {args.revision}: give one of them",
+                )
+            args.repo, revision = repo_id, named_revision or revision  # a job is named after the id, not the page
     if args.repo:
         if not Path(args.repo).exists():
             if not looks_like_repo_id(args.repo):
@@ -61,7 +98,7 @@ def load_repository(args: argparse.Namespace, client: Client | None = None) -> R
             try:
                 return resolve(
                     args.repo,
-                    args.revision,
+                    revision,
                     cache=client.redis if client else None,
                     keys=client.keys if client else Keys(),
                 )
