@@ -147,7 +147,12 @@ def invalid_from(e: ValidationError, source: str) -> InvalidInput:
     if len(loc) > LOC_MAX:  # a field name is the caller's text too: shown cut, as a value is
         loc = loc[: LOC_MAX - 1] + "…"
     given = err.get("input")
-    shown = _SHORT.repr(given) if not isinstance(given, dict) else "the record"
+    if isinstance(given, dict):
+        # a check across a record's fields (a model validator) names the values it compares: the record
+        # itself is no value to repeat; an object where a value belongs is said as one
+        shown = "" if err["type"] == "value_error" else " (given an object)"
+    else:
+        shown = f" (given {_SHORT.repr(given)})"
     msg = plain(err)
     if err["type"] == "string_pattern_mismatch":
         pattern = str(err.get("ctx", {}).get("pattern", ""))
@@ -159,4 +164,4 @@ def invalid_from(e: ValidationError, source: str) -> InvalidInput:
         return InvalidInput(source, loc, "unknown field")
     if err["type"] == "missing":
         return InvalidInput(source, loc, "missing")
-    return InvalidInput(source, loc, f"{msg} (given {shown})")
+    return InvalidInput(source, loc, msg + shown)

@@ -113,7 +113,7 @@ _FIELD = re.compile(r"\b(" + "|".join(sorted(HEARTBEAT_FIELDS, key=len, reverse=
 def as_flags(e: InvalidInput) -> InvalidInput:
     """A heartbeat refused, said with the flags the person typed (``--free-gpus 3 is more than --gpus 2``)
     where the record's check names its fields (``free_gpus``); a value given is left as it was."""
-    said, given, rest = e.problem.removesuffix(" (given the record)").partition(" (given ")
+    said, given, rest = e.problem.partition(" (given ")
     field = _FIELD.sub(lambda m: "--" + m.group(1).replace("_", "-"), e.field)
     said = _FIELD.sub(lambda m: "--" + m.group(1).replace("_", "-"), said).removeprefix(field + " ")
     out = InvalidInput(e.source, field, said + given + rest)

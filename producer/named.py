@@ -35,12 +35,16 @@ def read_json(path: str, what: str, bound: str) -> Any:
 def flagged(e: InvalidInput, given: dict[str, str]) -> InvalidInput:
     """``e`` said with the flag of the file it is about (``given``: path as given -> flag, the first that
     matches): ``PATH: --flag: problem`` for the file as a whole, ``PATH[3] (--flag): field: problem`` for
-    something in it; ``e`` itself when it is about none of them."""
+    something in it, ``PATH[3] (--flag): problem`` for an entry as a whole (a check across its fields);
+    ``e`` itself when it is about none of them."""
     for path, flag in given.items():
         if path and (e.source == path or e.source.startswith((path + "[", path + " ", path.rstrip("/") + "/"))):
             if e.field in ("(file)", "(folder)"):
                 return InvalidInput(e.source, flag, e.problem)
-            return InvalidInput(f"{e.source} ({flag})", e.field, e.problem)
+            out = InvalidInput(f"{e.source} ({flag})", e.field, e.problem)
+            if e.field == "(record)":  # the entry is the subject: no field to name
+                out.args = (f"{out.source}: {e.problem}",)
+            return out
     return e
 
 
