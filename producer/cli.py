@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -28,12 +29,14 @@ from planner.settings import merged
 from producer import cliargs
 from producer.client import Client, request_from_repository
 from producer.limits import read_bounded
-from producer.named import flagged, load_repository
-from producer.refusals import refusals
+from producer.named import flagged, load_repository, pick_artifact
+from producer.refusals import recent_refusals
 from producer.render import (
+    FAILED_SHOWN,
     beat_text,
     estimates_text,
     job_text,
+    nothing_text,
     observed_text,
     options_table,
     settings_text,
@@ -62,6 +65,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except InvalidInput as e:
         raise flagged(e, {args.pool: "--pool"}) from e
     repo = load_repository(args)
+    if args.artifact:  # the request a submit with it would make plans that artifact alone
+        repo = replace(repo, artifacts=(pick_artifact(repo, args.artifact),))
     chosen = estimate(args.estimate)
     settings = merged(settings_from_args(args) or NO_SETTINGS, deployment_settings())
     by_estimate = {e: plan(repo, nodes, args.context, e, settings) for e in ESTIMATES}
@@ -161,7 +166,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         repo,
         model=model,
         context=args.context,
-        artifact=args.artifact,
+        artifact=pick_artifact(repo, args.artifact).name if args.artifact else None,
         priority=args.priority,
         replicas=args.replicas,
         fallback=args.fallback,
@@ -232,10 +237,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         states = (JobState.PLANNING, JobState.QUEUED, JobState.WAITING, JobState.PLACED)
         live = [r for s in states for r in client.jobs(s)]
         client.check_indexes()
-        refused = refusals(client.redis, client.keys) or []
-        found = client.quarantined(), client.conflicts(), refused
+        refused = recent_refusals(client.redis, client.keys)
+        quarantined, conflicts = client.quarantined(), client.conflicts()
+        pool, counts, workers = client.pool(), client.counts(), client.workers_alive()
+        seen = pool.records or any(counts.values()) or workers or quarantined or conflicts
+        if not (seen or (refused and refused.shown)):
+            # a mistyped prefix reads as an empty pool with no worker: say what it is instead
+            return nothing_text(client.keys.prefix, _where(args))
+        failed = client.latest(JobState.FAILED, FAILED_SHOWN)
         off = observed.furthest_off(client.store)
-        return status_text(client.pool(), client.counts(), live, *found, workers=client.workers_alive(), off=off)
+        return status_text(
+            pool, counts, live, quarantined, conflicts, refused or (), workers=workers, off=off, failed=failed
+        )
 
     print(_reading(read))
     return 0

@@ -316,6 +316,17 @@ class Client:
                 self._call(partial(self.store.report_bad, r, "skipped"))
         return out
 
+    def latest(self, state: JobState, count: int) -> list[JobRecord]:
+        """The readable records of the last ``count`` jobs to enter ``state`` (its index's highest scores),
+        the latest first; one gone or not parsing is left out (``jobs`` reports the latter)."""
+
+        def read() -> list[JobRecord]:
+            key = self.keys.jobs(state)
+            ids = self.store.valid_ids(self.redis.zrevrange(key, 0, count - 1), key, "a job id", "skipped")
+            return [r for r in self.store.jobs(ids) if isinstance(r, JobRecord)]
+
+        return self._call(read) if count > 0 else []
+
     def check_indexes(self) -> None:
         """Read every state index, so that a member that is not a job id is counted in ``quarantined``."""
         for state in JobState:

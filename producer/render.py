@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from planner import Estimate, Option
-from producer.refusals import Refusal
+from producer.refusals import Recent, Refusal
 from worker.beats import Beat
 from worker.conflicts import ConflictRecord
 from worker.observed import Kind, Run
@@ -255,27 +255,51 @@ def beat_text(beat: Beat, node_id: str, last: int | None = None, *, seq_given: b
     }.get(beat, "not stored: the record does not decode")
 
 
+FAILED_SHOWN = 3
+"""How many failed jobs ``modelplan status`` names, the latest first; the rest are counted."""
+
+
+def nothing_text(prefix: str, where: str) -> str:
+    """What ``modelplan status`` says of a prefix with nothing under it: no node, job or worker (a mistyped
+    ``--prefix``, or a deployment not started yet)."""
+    on = f" on {where}" if where else ""
+    return (
+        f"nothing under prefix {prefix!r}{on}: no node reports, no job was submitted and no worker runs under it; "
+        "is --prefix (or $MODELPLAN_PREFIX) right?"
+    )
+
+
+def failed_lines(failed: Sequence[JobRecord], total: int) -> list[str]:
+    """The latest failed jobs, each with why, and how many more failed (``total`` in all)."""
+    lines = [f"failed {r.job_id}: {r.reason if len(r.reason) <= 100 else r.reason[:97] + '...'}" for r in failed]
+    more = total - len(failed)
+    return lines + ([f"{more} more failed: modelplan job JOB_ID says why"] if failed and more > 0 else [])
+
+
 def status_text(
     snap: Snapshot,
     counts: dict[str, int],
     jobs: Sequence[JobRecord],
     quarantined: Mapping[str, Mapping[str, Any]] | None = None,
     conflicts: Sequence[ConflictRecord] = (),
-    refused: Sequence[Refusal] = (),
+    refused: Recent | Sequence[Refusal] = (),
     workers: int | None = None,
     off: Sequence[tuple[str, Kind, Run]] = (),
+    failed: Sequence[JobRecord] = (),
 ) -> str:
     """The pool drawn as cards, then each node id two agents publish under and each kind of write the
-    server's ACL refused a login, then the jobs at a glance and the engine settings each job's best option
-    was sized for, then the models whose estimate was furthest from what their engines were seen to hold
+    server's ACL refused a login (``Recent``: the latest only, said since when), then the jobs at a glance
+    (the ``failed`` named, with why, and how many more) and the engine settings each job's best option was
+    sized for, then the models whose estimate was furthest from what their engines were seen to hold
     (``off``), then one line for each stored record that does not parse. ``workers``: how many workers are
     running, said below the pool."""
     n = len(snap.records)
     out = [f"{n} node{'' if n == 1 else 's'} in the pool", pool_picture(snap)] if n else [pool_picture(snap)]
     out += [workers_text(workers)] if workers is not None else []
     out += [conflict_line(c) for c in conflicts]
-    out += [f.line() for f in refused]
+    out += refused.lines() if isinstance(refused, Recent) else [f.line() for f in refused]
     out.append("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if any(counts.values()) else "no jobs")
+    out += failed_lines(failed, counts.get(JobState.FAILED.value, 0))
     out += [_table([job_row(r) for r in jobs])] if jobs else []
     # what each job's best option was sized for the engine to be started with
     out += [
