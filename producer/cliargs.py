@@ -81,6 +81,9 @@ def tokens(text: str) -> int:
     return int(m[1]) * (1024 if m[2] else 1)
 
 
+ARTIFACT_HELP = "pin one artifact: its name, or the quantisation in it (Q4_K_M) where that is one artifact's"
+
+
 def _heartbeat_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-id", required=True, help="the node's id: letters, digits, . _ - (up to 128)")
     p.add_argument("--gpu-class", default="", help='card class such as h100-80g; "" for a CPU node')
@@ -188,6 +191,7 @@ def parser(commands: Mapping[str, Handler]) -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="dry run: every way a repository could run on a pool, best first")
     p.add_argument("--pool", required=True, metavar="POOL.json", help="a JSON list of node records")
     add_repository_args(p)
+    p.add_argument("--artifact", help=ARTIFACT_HELP)
     p.add_argument("--json", action="store_true", help="the options as JSON, in rank order")
     p.set_defaults(func=commands["plan"])
 
@@ -214,7 +218,7 @@ def parser(commands: Mapping[str, Handler]) -> argparse.ArgumentParser:
     p = sub.add_parser("submit", parents=[redis_args, as_client], help="submit a serve job; prints its id")
     add_repository_args(p)
     p.add_argument("--model", help="a name for people (default: the folder's)")
-    p.add_argument("--artifact", help="pin one artifact by name")
+    p.add_argument("--artifact", help=ARTIFACT_HELP)
     p.add_argument("--priority", type=int, default=0, help=f"0 to {PRIORITY_MAX}, higher first (default 0)")
     p.add_argument("--job-id", help="your own id (letters, digits, . _ -): submitting it again says what it is")
     p.add_argument("--replicas", type=int, default=1, help="how many replicas (default 1)")

@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from planner import InvalidInput, Repository, repository_from_folder, repository_from_listing
+from planner import Artifact, InvalidInput, Repository, repository_from_folder, repository_from_listing
 from producer.errors import HubRepoNotFound, HubUnavailable, NoLocalFolder
 from producer.hub import looks_like_repo_id, resolve
 from producer.limits import check_folder, check_index, check_listing, read_bounded
@@ -69,6 +70,34 @@ def hub_page(text: str) -> tuple[str, str] | None:
         raise InvalidInput("", "--repo", f"{text} names no repository (org/name)")
     revision = parts[3] if len(parts) > 3 and parts[2] in _PAGE_REVISION else ""
     return f"{parts[0]}/{parts[1]}", revision
+
+
+ARTIFACTS_SHOWN = 8
+"""How many of a repository's artifacts a refused ``--artifact`` names."""
+
+
+def pick_artifact(repo: Repository, given: str) -> Artifact:
+    """The artifact ``--artifact`` names: by its name, else by the quantisation in it (``Q4_K_M``, in
+    either case) where that is one artifact's; refused naming the candidates where it is several or none."""
+    exact = [a for a in repo.artifacts if a.name == given]
+    if exact:
+        return exact[0]
+    by_quant = [a for a in repo.artifacts if a.quant and a.quant.upper() == given.upper()]
+    if len(by_quant) == 1:
+        return by_quant[0]
+    if by_quant:
+        names = _shown(a.name for a in by_quant)
+        raise InvalidInput(
+            "", "--artifact", f"{given} names {len(by_quant)} artifacts of the repository: {names}; give one by name"
+        )
+    every = _shown(f"{a.name} ({a.quant})" if a.quant else a.name for a in repo.artifacts)
+    raise InvalidInput("", "--artifact", f"{given} names no artifact of the repository: {every}")
+
+
+def _shown(names: Iterable[str]) -> str:
+    listed = list(names)
+    more = len(listed) - ARTIFACTS_SHOWN
+    return ", ".join(listed[:ARTIFACTS_SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
 def _of_kind(data: Any, kind: type, path: str, flag: str, what: str) -> Any:
