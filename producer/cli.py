@@ -107,7 +107,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     try:
         run(redis_url(args.redis_url), prefix(args.prefix), burst=args.burst)
-    except RedisUnavailable as e:
+    except ModelplanError as e:  # Redis out of reach or refusing, a bad setting: said in one line
         # a worker writes JSON lines only, its last words included
         get_logger("modelplan.worker").error("worker_failed", error=str(e))
         return 2

@@ -272,6 +272,9 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
         conn.ping()
     except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as e:
         raise RedisUnavailable(redact(url), e) from e
+    from worker import rqprefix
+
+    rqprefix.check(conn, keys, redact(url))  # a login refused RQ's keys: one line naming RQ_KEY_PREFIX
     alive.prune(conn, keys)  # the workers killed since the last one started
     log.info(
         "worker_started",
