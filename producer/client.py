@@ -46,6 +46,15 @@ T = TypeVar("T")
 __all__ = ["BeatLog", "Client", "request_from_folder", "request_from_listing", "request_from_repository"]
 
 
+def as_of_state(rec: JobRecord) -> JobRecord:
+    """``rec`` with the reason of its state. Taking a queued job into planning rewrites only the head of its
+    record (``claim.lua``), so the stored reason is still the one it was queued with; a record being
+    planned says who plans it, in the words its stream gives that change (``planning on {worker}``)."""
+    if rec.state is JobState.PLANNING and rec.worker:
+        return rec.model_copy(update={"reason": f"planning on {rec.worker}"})
+    return rec
+
+
 class BeatLog:
     """What the publisher of one node's heartbeats (its agent) logs of what became of them: each one
     older than the stored one of its boot; and another agent publishing under the node's id, once when
@@ -161,7 +170,8 @@ class Client:
 
     def watch(self, job_id: str, timeout: float = 60.0, *, through_waiting: bool = False) -> Iterator[JobRecord]:
         """Yield the job's record now and at each change, until it is placed, waiting or over (failed,
-        cancelled, released), or ``timeout`` seconds pass. Reads the job's stream; does not poll.
+        cancelled, released), or ``timeout`` seconds pass. Reads the job's stream; does not poll. Each
+        record's reason is that of its state (``as_of_state``).
 
         A waiting job waits for its hardware to free, for as long as that takes: the watch returns with
         its record, which says what it waits for. With ``through_waiting`` it watches on until the job is
@@ -171,7 +181,7 @@ class Client:
         last = self._call(lambda: self.redis.xrevrange(stream, count=1))
         last_id = text(last[0][0]) if last else "0-0"
         rec = self.get(job_id)
-        yield rec
+        yield as_of_state(rec)
         deadline = time.monotonic() + timeout
         while not (rec.state.settled or (rec.state is JobState.WAITING and not through_waiting)):
             left = deadline - time.monotonic()
@@ -185,7 +195,7 @@ class Client:
             new = self.get(job_id)
             if new.version != rec.version:
                 rec = new
-                yield rec
+                yield as_of_state(rec)
 
     def release(self, job_id: str, *, as_client: Acting = ANYONE) -> JobRecord:
         """Free a placed job's cards (or memory); waiting jobs that can use them are planned at once.
@@ -311,7 +321,7 @@ class Client:
         out = []
         for r in self._call(lambda: self.store.jobs(self.store.job_ids(state))):
             if isinstance(r, JobRecord):
-                out.append(r)
+                out.append(as_of_state(r))
             elif r is not None:
                 self._call(partial(self.store.report_bad, r, "skipped"))
         return out

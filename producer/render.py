@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from planner import Estimate, Option
+from producer.client import as_of_state
 from producer.refusals import Recent, Refusal
 from worker.beats import Beat
 from worker.conflicts import ConflictRecord
@@ -119,6 +120,7 @@ def workers_text(workers: int) -> str:
 def job_text(rec: JobRecord, workers: int | None = None) -> str:
     """A job's record as a few lines: state and why (and that no worker is running to move it on, where
     ``workers`` is 0), the best option, then each replica with its nodes."""
+    rec = as_of_state(rec)
     stuck = f"; {NO_WORKER}" if workers == 0 and rec.state in NEEDS_A_WORKER else ""
     lines = [
         f"job {rec.job_id}: {rec.state.value} ({rec.summary}){stuck}",
