@@ -36,11 +36,13 @@ def test_setup_again_needs_no_network() -> None:
 
 
 def test_the_install_step_prints_nothing_with_the_build_backends_own_warnings(tmp_path: Path) -> None:
-    """``scripts/setup`` installs the project with ``pip install --quiet -e``: the build backend's
+    """``scripts/setup`` installs the project with ``pip install --quiet --no-deps --no-build-isolation -e .``
+    (after the lock's packages): the build backend's
     warnings, which pip prints even then, would land on a first setup's screen. The same install, into a
     folder of its own from a copy of what the build reads, with the network cut, prints nothing."""
     setup = (ROOT / "scripts" / "setup").read_text()
-    assert "pip install --quiet --disable-pip-version-check -e '.[test]'" in setup
+    assert 'pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)' in setup
+    assert '"${pip[@]}" --no-deps --no-build-isolation -e .' in setup
     copy = tmp_path / "project"
     copy.mkdir()
     for name in ("pyproject.toml", "README.md"):
