@@ -88,23 +88,33 @@ class HostPool:
 
     sizes: dict[int, int]
     best_free: float
+    bare: dict[int, int] = field(default_factory=dict)
+    """Of those, the nodes without cards: how many have each size (a CPU replica goes to one first)."""
     _shares: list[float] = field(init=False, repr=False, compare=False)
     """Each size's share of RAM a replica may take, largest first, negated (for ``bisect``)."""
     _hosts: list[int] = field(init=False, repr=False, compare=False)
     """How many nodes have at least each of those shares."""
+    _bare_share: float = field(init=False, repr=False, compare=False)
+    """The largest share of a node without cards (0 if none)."""
 
     def __post_init__(self) -> None:
         by_share = sorted(((m * HOST_SHARE, count) for m, count in self.sizes.items() if m > 0), reverse=True)
         object.__setattr__(self, "_shares", [-share for share, _ in by_share])
         object.__setattr__(self, "_hosts", list(accumulate(count for _, count in by_share)))
+        object.__setattr__(self, "_bare_share", max((m for m in self.bare if m > 0), default=0) * HOST_SHARE)
 
     def holding(self, need_gb: float) -> tuple[int, float]:
-        """How many nodes' share of RAM holds ``need_gb``, and the largest such share (0 if none)."""
+        """How many nodes' share of RAM holds ``need_gb``, and the share a replica is counted against (0 if
+        none holds it): the largest of a node without cards where one holds it, as such a node is taken
+        first (``planner.decide.choose_nodes``), else the largest of any."""
         k = bisect_right(self._shares, -need_gb)
-        return (self._hosts[k - 1], -self._shares[0]) if k else (0, 0.0)
+        if not k:
+            return 0, 0.0
+        return self._hosts[k - 1], self._bare_share if self._bare_share >= need_gb else -self._shares[0]
 
     @staticmethod
     def of(nodes: Sequence[PoolNode]) -> HostPool:
+        bare = Counter(n.host_mem_gb for n in nodes if n.gpus <= 0)
         mem = list(map(attrgetter("host_mem_gb"), nodes))
         shares = map(HOST_SHARE.__rmul__, mem)
         best = max(map(min, shares, map(attrgetter("host_free_gb"), nodes)), default=-math.inf)
@@ -114,7 +124,7 @@ class HostPool:
                 (min(n.host_mem_gb * HOST_SHARE, n.host_free_gb) for n in nodes if n.host_mem_gb > 0),
                 default=-math.inf,
             )
-        return HostPool(dict(Counter(mem)), best)
+        return HostPool(dict(Counter(mem)), best, dict(bare))
 
 
 _NAME = attrgetter("name")

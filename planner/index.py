@@ -109,6 +109,7 @@ class PoolIndex:
     """
 
     __slots__ = (
+        "_bare_sizes",
         "_card_keys",
         "_cards",
         "_fabric_groups",
@@ -136,6 +137,8 @@ class PoolIndex:
         """The free RAM sizes present for each (sign of cards, RAM), in order."""
         self._host_sizes: dict[int, int] = {}
         """How many nodes have each RAM size (``HostPool.sizes``)."""
+        self._bare_sizes: dict[int, int] = {}
+        """Of those, how many without cards (``HostPool.bare``)."""
         self._room: dict[float, int] = {}
         self._rooms: list[float] = []
         """How many nodes with RAM could give a CPU replica each amount now, and those amounts in order:
@@ -175,6 +178,7 @@ class PoolIndex:
         for sizes in self._host_frees.values():
             sizes.sort()
         self._host_sizes = dict(Counter(mems))
+        self._bare_sizes = dict(Counter(m for m, sign in zip(mems, signs, strict=True) if sign <= 0))
         rooms = map(min, map(HOST_SHARE.__rmul__, mems), frees)
         self._room = dict(Counter(compress(rooms, map((0).__lt__, mems))))  # of the nodes with RAM
         self._rooms = sorted(self._room)
@@ -220,7 +224,7 @@ class PoolIndex:
         """``HostPool.of(list(self))``, kept rather than counted."""
         # the best over nodes with RAM is the best over all: ``HostPool.of`` falls back to it when the best
         # is not above 0, and a node without RAM gives at most 0
-        return HostPool(dict(self._host_sizes), self._rooms[-1] if self._rooms else -math.inf)
+        return HostPool(dict(self._host_sizes), self._rooms[-1] if self._rooms else -math.inf, dict(self._bare_sizes))
 
     def copy(self) -> PoolIndex:
         """An index of its own over the same nodes, to change apart from this one."""
@@ -233,6 +237,7 @@ class PoolIndex:
         new._hosts = {k: list(v) for k, v in self._hosts.items()}
         new._host_frees = {k: list(v) for k, v in self._host_frees.items()}
         new._host_sizes = dict(self._host_sizes)
+        new._bare_sizes = dict(self._bare_sizes)
         new._room = dict(self._room)
         new._rooms = list(self._rooms)
         for key, g in self._groups.items():
@@ -287,6 +292,8 @@ class PoolIndex:
         insort(ids, n.id)
 
         self._host_sizes[n.host_mem_gb] = self._host_sizes.get(n.host_mem_gb, 0) + 1
+        if n.gpus <= 0:
+            self._bare_sizes[n.host_mem_gb] = self._bare_sizes.get(n.host_mem_gb, 0) + 1
         if n.host_mem_gb > 0:
             room = ram_room(n)
             count = self._room.get(room, 0)
@@ -343,6 +350,12 @@ class PoolIndex:
             self._host_sizes[n.host_mem_gb] = left
         else:
             del self._host_sizes[n.host_mem_gb]
+        if n.gpus <= 0:
+            left = self._bare_sizes[n.host_mem_gb] - 1
+            if left:
+                self._bare_sizes[n.host_mem_gb] = left
+            else:
+                del self._bare_sizes[n.host_mem_gb]
         if n.host_mem_gb > 0:
             room = ram_room(n)
             left = self._room[room] - 1

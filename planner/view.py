@@ -102,15 +102,19 @@ class PoolView:
         index = self.index
         if not self.over:
             return index.hosts()
-        sizes = index.hosts().sizes  # a copy of the index's
+        counted = index.hosts()
+        sizes, bare = counted.sizes, counted.bare  # copies of the index's
         gone: Counter[float] = Counter()
         best = -math.inf
         for i, n in self.over.items():
             was = self._base[i]
-            sizes[was.host_mem_gb] -= 1
-            if not sizes[was.host_mem_gb]:
-                del sizes[was.host_mem_gb]
-            sizes[n.host_mem_gb] = sizes.get(n.host_mem_gb, 0) + 1
+            for by, was_in, is_in in ((sizes, True, True), (bare, was.gpus <= 0, n.gpus <= 0)):
+                if was_in:
+                    by[was.host_mem_gb] -= 1
+                    if not by[was.host_mem_gb]:
+                        del by[was.host_mem_gb]
+                if is_in:
+                    by[n.host_mem_gb] = by.get(n.host_mem_gb, 0) + 1
             if was.host_mem_gb > 0:
                 gone[ram_room(was)] += 1
             if n.host_mem_gb > 0:
@@ -119,7 +123,7 @@ class PoolView:
             if count > gone[room]:
                 best = max(room, best)
                 break
-        return HostPool(sizes, best)
+        return HostPool(sizes, best, bare)
 
     # --- nodes for a layout -------------------------------------------------------------------------------
 

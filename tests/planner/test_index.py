@@ -57,13 +57,16 @@ def ref_gguf_options(
     weights = a.weights_bytes
     host_need = llamacpp_host(weights, kv, s.shape, context=s.context, estimate=s.estimate)
     total = gib(host_need.total)
-    hosts, have = 0, 0.0
+    hosts, have, bare = 0, 0.0, 0.0
     for host_mem_gb, count in host_pool.sizes.items():
         node_have = host_mem_gb * HOST_SHARE
         if host_mem_gb <= 0 or total > node_have:
             continue
         hosts += count
         have = max(have, node_have)
+        if host_pool.bare.get(host_mem_gb):  # a node without cards, taken first, holds it
+            bare = max(bare, node_have)
+    have = bare or have
     out: list[Option] = []
     common: dict[str, Any] = {"artifact": a.name, "format": a.format, "engine": "llamacpp", "bits_per_weight": bpw}
     common["estimate"] = s.estimate

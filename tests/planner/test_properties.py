@@ -118,7 +118,8 @@ def test_adding_a_node_never_removes_an_option(
 
 def covers(p: Option, o: Option) -> bool:
     """``p`` runs ``o``'s artifact where ``o`` did, on no more cards, with no fewer hosts or free ones when it
-    is the same layout."""
+    is the same layout. On the CPU the room said may shrink, still holding it: a node without cards that
+    holds it is taken first, and its room is the one said."""
     same_place = (p.artifact, p.format, p.engine, p.cpu, p.gpu_class, p.have_gb) == (
         o.artifact,
         o.format,
@@ -130,7 +131,8 @@ def covers(p: Option, o: Option) -> bool:
     if not same_place or p.gpus > o.gpus:
         return False
     if (p.gpus_per_node, p.nodes, p.fabric) == (o.gpus_per_node, o.nodes, o.fabric):
-        return p.hosts >= o.hosts and (p.free_now or not o.free_now) and p.have_gb >= o.have_gb
+        room = p.have_gb >= p.need_gb if p.cpu else p.have_gb >= o.have_gb
+        return p.hosts >= o.hosts and (p.free_now or not o.free_now) and room
     return True
 
 

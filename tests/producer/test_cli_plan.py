@@ -300,3 +300,14 @@ def test_cards_without_peer_access_on_the_command_line_hold_less_outside_pytorch
     assert (a100["gpu_class"], a100["gpus_per_node"]) == (a100_lacking["gpu_class"], 4) == ("a100-40g", 4)
     assert a100["need_gb"] - a100_lacking["need_gb"] == pytest.approx(1.75, abs=0.01)
     assert (h100["gpus_per_node"], h100_lacking["gpus_per_node"]) == (4, 2)
+
+
+def test_the_cpu_row_says_the_ram_of_the_node_without_cards_it_goes_to(capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/pool.json has cpu-a (128 GiB, no cards) beside GPU nodes of up to 2,048 GiB: a replica on
+    the CPU goes to cpu-a, and its row says cpu-a's 85%."""
+    assert main(["plan", "--pool", POOL, *listing("llama-3-8b-gguf"), "--context", "8192"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if " CPU RAM " in line]
+    assert len(rows) == 2  # the Q4_K_M and the BF16 file
+    for row in rows:
+        need, slash, have = row[6:9]
+        assert slash == "/" and have == f"{128 * 0.85:.1f}" and float(need) < float(have)
