@@ -15,6 +15,8 @@ from typing import Any
 
 import redis
 
+from planner import Option, quant_of
+from planner.constants import CPU_QUALITY_CAP, QUALITY_CAP
 from producer.client import Client
 from producer.examples import example_request
 from producer.render import pool_picture, status_text
@@ -68,6 +70,37 @@ def _client(url: str | None) -> tuple[Client, str]:
     return client, f"Redis at {client._url}, prefix {DEMO_PREFIX}"
 
 
+def running(client: Client, job_id: str) -> Option | None:
+    """What a job's first replica runs on now, if anything."""
+    rec = client.get(job_id)
+    return rec.replicas[0].option if rec.replicas else None
+
+
+def artifact_changed(name: str, was: Option, now: Option) -> str:
+    """What a person is told when a job's replica moved to another artifact: which file it ran and runs,
+    that another quantisation is another model to its users, why the planner chose each, and how to
+    keep one."""
+
+    def where(o: Option) -> str:
+        return f"{o.artifact} ({o.bits_per_weight:.1f} bits a weight) on {o.label}"
+
+    if was.cpu and not now.cpu:
+        why = (
+            f"the planner ranks a file by where it runs: on a card the more precise the better, up to {QUALITY_CAP} "
+            f"bits a weight (and slowly less past it), on a CPU up to {CPU_QUALITY_CAP} (each bit is read for "
+            f"every token); so {now.artifact} on a card was the job's best option all along, and {was.artifact} "
+            "the best the CPU could run while that card was busy"
+        )
+    else:
+        why = f"{now.artifact} on {now.label} ranks first, and {was.artifact} was the best free while it was busy"
+    pin = quant_of(was.artifact) or was.artifact
+    return (
+        f"{name} changed artifact: it ran {where(was)}, and runs {where(now)} now;\n"
+        f"a different quantisation is a different model to its users. Why: {why}.\n"
+        f"To keep one file, pin it: modelplan submit --artifact {pin}."
+    )
+
+
 def run(url: str | None = None, say: Callable[[str], None] = print) -> dict[str, str]:
     """Run the demo; returns each job's final state by name. On a Redis of the caller's, the demo's keys
     are removed at the end, whether it finished or not."""
@@ -108,10 +141,14 @@ def _steps(client: Client, where: str, say: Callable[[str], None]) -> dict[str, 
         "2. Three serve requests are planned: Llama on gpu-a's free card; Qwen waits for a card (not the "
         "CPU); the GGUF asked for a fallback, so it runs on the CPU while it waits"
     )
+    on_fallback = running(client, jobs["llama-8b-gguf"])
     client.heartbeat(_heartbeat("gpu-b", "h100-80g", 1, 1, 256, 2))
     work()
     show("3. gpu-b's card frees: its heartbeat wakes the waiting jobs, and Qwen (first in line) is placed there")
     client.release(jobs["llama-8b"])
     work()
     show("4. Llama is released: the GGUF moves from the CPU onto gpu-a's card in one step")
+    now = running(client, jobs["llama-8b-gguf"])
+    if on_fallback is not None and now is not None and now.artifact != on_fallback.artifact:
+        say("\n" + artifact_changed(client.get(jobs["llama-8b-gguf"]).request.model, on_fallback, now))
     return {name: client.get(job_id).state.value for name, job_id in jobs.items()}

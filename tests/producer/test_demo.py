@@ -27,6 +27,14 @@ def test_the_demo_on_the_embedded_redis() -> None:
     assert "on CPU at cpu-a (fallback)" in step2
     step4 = text.split("== 4.")[1]
     assert "runs Meta-Llama-3-8B-Instruct-BF16.gguf on 1 × h100-80g at gpu-a" in step4
+    # the file changed with the move, and the demo says so and why: another quantisation is another model
+    assert (
+        "Llama-3-8B-GGUF changed artifact: it ran Meta-Llama-3-8B-Instruct-Q4_K_M.gguf (4.9 bits a weight) on CPU, "
+        "and runs Meta-Llama-3-8B-Instruct-BF16.gguf (16.0 bits a weight) on 1 × h100-80g now;\n" in step4
+    )
+    assert "a different quantisation is a different model to its users" in step4
+    assert "up to 8.6 bits a weight" in step4 and "up to 5.8" in step4
+    assert "modelplan submit --artifact Q4_K_M" in step4
 
 
 def test_the_demo_on_a_real_redis_keeps_to_its_prefix(redis_url: str, r: redis.Redis) -> None:
