@@ -45,7 +45,7 @@ from producer.render import (
 from producer.settingsargs import settings_from_args
 from worker import observed
 from worker.beats import Beat
-from worker.config import REDIS_URL_ENV, configure_logging, estimate, redact, redis_url
+from worker.config import REDIS_URL_ENV, configure_logging, estimate, password_warning, redact, redis_url
 from worker.config import settings as deployment_settings
 from worker.errors import RedisForbidden, RedisUnavailable, cli_words, redis_failure
 from worker.logs import get_logger
@@ -307,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command not in ("worker", "agent"):
         # a command's output is its answer: its log lines (warnings and worse) go to standard error
         configure_logging("WARNING", sys.stderr)
+    warning = password_warning(getattr(args, "redis_url", None))  # ps shows it to every user of the host
+    if warning:
+        print(f"modelplan {args.command}: {warning}", file=sys.stderr)
     try:
         code: int = args.func(args)
         sys.stdout.flush()

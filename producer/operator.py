@@ -12,8 +12,12 @@ from typing import Any
 
 import redis
 
+from planner.errors import InvalidInput
 from producer import roles
+from worker import config
+from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL
 from worker.keys import Keys
+from worker.login import PASSWORD_FILE_ENV, as_user, read_password
 from worker.scripts import LIBRARY_PREFIX, load_library
 from worker.scripts import text as as_text
 
@@ -79,7 +83,13 @@ def add_arguments(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("role", choices=roles.ROLES, help="whose rule: " + ", ".join(roles.ROLES))
     p.add_argument("name", nargs="?", help="agent: the node id; relay: its name; client: the client id")
     p.add_argument("--nodes", help="relay: the nodes it speaks for: a node id, or an id's beginning and *")
-    p.add_argument("--password", help="the user's password (default: a new random one, in the printed rule)")
+    p.add_argument(
+        "--password-file",
+        metavar="FILE",
+        help="keep the user's password in FILE: the one there, else a new random one written there (mode 0600); "
+        "the rule then names it by its SHA-256, and the environment of the role's processes is printed",
+    )
+    p.add_argument("--password", help="the user's password (ps shows it: prefer --password-file)")
     p.add_argument("--rq-prefix", help="worker, operator: RQ_KEY_PREFIX of the workers (default {prefix}:rq)")
     p.add_argument("--apply", action="store_true", help="set the user on the server now (ACL SETUSER)")
     p.set_defaults(func=cmd_acl)
@@ -102,15 +112,82 @@ def cmd_setup_redis(args: argparse.Namespace) -> int:
 
 
 def cmd_acl(args: argparse.Namespace) -> int:
-    keys = Keys(args.prefix) if args.prefix else Keys()
+    keys = Keys(config.prefix(args.prefix))
+    if args.password is not None:
+        print(f"modelplan acl: warning: {PASSWORD_ON_COMMAND_LINE}", file=sys.stderr)
     try:
-        rule = rule_for(keys, args, args.password or roles.new_password())
+        if args.password is not None and args.password_file:
+            raise ValueError("give --password-file or --password, not both")
+        if args.password_file:
+            password, new = _password(args.password_file)
+        else:
+            password, new = (roles.new_password() if args.password is None else args.password), False
+        rule = rule_for(keys, args, roles.check_password(password))
     except ValueError as e:
         print(f"modelplan acl: {e}", file=sys.stderr)
         return 2
+    user = shlex.split(rule)[1]
+    if args.password_file:
+        if new:
+            _write_password(args.password_file, password)
+        rule = roles.hashed(rule, password)
     print(rule)
     if args.apply:
         client = _client(args)
         client._call(lambda: apply_rule(client.redis, rule))
-        print(f"user {shlex.split(rule)[1]} set on the server", file=sys.stderr)
+        print(f"# user {user} set on the server", file=sys.stderr)
+    if args.password_file:
+        print(
+            f"# the environment of {user}'s processes (with the password file, readable by them alone):",
+            file=sys.stderr,
+        )
+        for line in handover(keys, args, user):
+            print(line, file=sys.stderr)
     return 0
+
+
+PASSWORD_ON_COMMAND_LINE = (
+    "--password puts the password on the command line, which every user of this host can read while it runs; "
+    "--password-file FILE keeps it in a file instead"
+)
+
+
+def _password(path: str) -> tuple[str, bool]:
+    """The password in the file at ``path``, and False; where there is no file, a new one and True."""
+    if not os.path.lexists(path):
+        return roles.new_password(), True
+    password = read_password(path, "--password-file")
+    try:
+        return roles.check_password(password), False
+    except ValueError as e:
+        raise ValueError(f"--password-file {path}: {e}") from None
+
+
+def _write_password(path: str, password: str) -> None:
+    """Write a new password file, readable and writable by its owner alone, never over an existing file."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        raise InvalidInput("--password-file", path, f"cannot be written ({e.strerror or e})") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(password + "\n")
+
+
+def handover(keys: Keys, args: argparse.Namespace, user: str) -> list[str]:
+    """The environment a role's processes log in with (``NAME=value``, an environment file's lines): the
+    operator's URL with the role's user and no password, the password file, and what else the role needs."""
+    url = args.redis_url or os.environ.get(config.REDIS_URL_ENV) or DEFAULT_REDIS_URL
+    lines = [
+        f"{config.REDIS_URL_ENV}={as_user(url, user)}",
+        f"{PASSWORD_FILE_ENV}={os.path.abspath(args.password_file)}",
+    ]
+    if keys.prefix != DEFAULT_PREFIX:
+        lines.append(f"{config.PREFIX_ENV}={keys.prefix}")
+    if args.role in ("worker", "operator"):
+        rq = args.rq_prefix or os.environ.get("RQ_KEY_PREFIX") or f"{keys.prefix}:rq"
+        lines.append(f"RQ_KEY_PREFIX={rq}")
+    if args.role == "client":
+        lines.append(f"{config.CLIENT_ID_ENV}={args.name}")
+    if args.role == "agent":
+        lines.append(f"# and the agent runs with --node-id {args.name} (default: the host name)")
+    return lines

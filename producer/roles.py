@@ -20,6 +20,7 @@ the function. The shared hints it must write are only ever reasons for a worker 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 
@@ -79,6 +80,21 @@ def user_name(keys: Keys, role: str, name: str = "") -> str:
 
 def new_password() -> str:
     return secrets.token_urlsafe(24)
+
+
+def check_password(password: str) -> str:
+    """``password``, where a rule line can hold it: not empty, no space and no control character (an ACL
+    file splits its lines at spaces); else ``ValueError``, which does not quote it."""
+    if not password or any(c.isspace() or not c.isprintable() for c in password):
+        raise ValueError("a password holds no space or control character, which an ACL rule line cannot hold")
+    return password
+
+
+def hashed(rule: str, password: str) -> str:
+    """``rule`` naming its password by SHA-256 (``#`` and 64 hex digits), which Redis takes as it takes
+    ``>password``: a rule to print, save or hand on without the password in it."""
+    digest = hashlib.sha256(password.encode()).hexdigest()
+    return rule.replace(f" on >{password} ", f" on #{digest} ", 1)
 
 
 def _rule(user: str, password: str, commands: tuple[str, ...], patterns: list[str], channels: str = "") -> str:

@@ -26,6 +26,11 @@ With Sentinel, ``user:password`` is for the master (and its replicas); sentinels
 own take ``sentinel_username`` and ``sentinel_password`` query arguments. Every connection, to a master or a
 sentinel, has the same timeouts (``SOCKET_TIMEOUT_S``, ``HEALTH_CHECK_INTERVAL_S``).
 
+A password is best kept off the URL a command line gives, where every user of the host can read it
+(``ps``): ``MODELPLAN_REDIS_PASSWORD_FILE`` names a file holding the password alone, which ``redis_url``
+puts into the URL's login (``redis://modelplan.worker@redis:6379/0`` logs in as ``modelplan.worker``);
+or the whole URL comes from ``MODELPLAN_REDIS_URL``.
+
 A URL ``connect`` cannot use is refused with ``InvalidInput`` before anything is sent; ``redact`` masks the
 password (in the user part and in any ``*password=`` query argument) wherever a URL is shown, even in a URL
 too malformed to parse.
@@ -50,7 +55,9 @@ import structlog
 from planner.errors import InvalidInput
 from planner.estimate import DEFAULT_ESTIMATE, ESTIMATES, Estimate
 from planner.settings import NO_SETTINGS, Settings, parse_settings
+from worker import login
 from worker.constants import DEFAULT_CLIENT_REPLICAS, DEFAULT_MAX_REPLICAS, DEFAULT_PREFIX, DEFAULT_REDIS_URL
+from worker.login import PASSWORD_FILE_ENV
 
 REDIS_URL_ENV = "MODELPLAN_REDIS_URL"
 PREFIX_ENV = "MODELPLAN_PREFIX"
@@ -73,7 +80,31 @@ _KWARG = re.compile(r"argument '(\w+)'")
 
 
 def redis_url(given: str | None = None) -> str:
-    return given or os.environ.get(REDIS_URL_ENV) or DEFAULT_REDIS_URL
+    """``given``, else ``MODELPLAN_REDIS_URL``, else the local default; logging in with the password in
+    the file ``MODELPLAN_REDIS_PASSWORD_FILE`` names, where it is set (``worker.login``)."""
+    url = given or os.environ.get(REDIS_URL_ENV) or DEFAULT_REDIS_URL
+    path = login.password_file()
+    return login.with_password(url, login.read_password(path)) if path else url
+
+
+def holds_password(url: str) -> bool:
+    """Whether ``url`` holds a password, in its login or a ``*password=`` query argument."""
+    return redact(url) != url
+
+
+def password_warning(url: str | None, flag: str = "--redis-url") -> str:
+    """What to say of ``url`` given as ``flag`` on a command line, where every user of the host can read
+    it (``ps``): nothing unless it holds a password."""
+    if not url or not holds_password(url):
+        return ""
+    try:
+        connect(url).close()  # builds the client alone: nothing is sent
+    except InvalidInput:
+        return ""  # a URL that cannot work is refused in one line, which is enough to say
+    return (
+        f"warning: {flag} holds a password, which every user of this host can read while the command runs; "
+        f"put it in a file named by {PASSWORD_FILE_ENV} (or the whole URL in {REDIS_URL_ENV}) instead"
+    )
 
 
 def prefix(given: str | None = None) -> str:
