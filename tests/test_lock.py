@@ -9,6 +9,7 @@ import re
 import tomllib
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
@@ -39,18 +40,21 @@ def pins(name: str) -> dict[str, str]:
     return found
 
 
-def project() -> dict[str, object]:
-    data: dict[str, object] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+def project() -> dict[str, Any]:
+    data: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     return data
 
 
-def requirements(*groups: str) -> list[Requirement]:
+def groups() -> list[str]:
+    return list(project()["optional-dependencies"])
+
+
+def requirements(*names: str) -> list[Requirement]:
     """pyproject.toml's dependencies, and those of the named optional groups."""
     data = project()
-    specs = list(data["dependencies"])  # type: ignore[call-overload]
-    extras: dict[str, list[str]] = data["optional-dependencies"]  # type: ignore[assignment]
-    for group in groups:
-        specs += extras[group]
+    specs = list(data["dependencies"])
+    for name in names:
+        specs += data["optional-dependencies"][name]
     return [Requirement(s) for s in specs]
 
 
@@ -68,8 +72,7 @@ def test_the_runtime_lock_holds_every_runtime_dependency_within_its_range() -> N
 
 
 def test_the_dev_lock_holds_every_dependency_test_tool_and_extra_within_its_range() -> None:
-    groups = list(project()["optional-dependencies"])  # type: ignore[call-overload]
-    assert_within(pins("requirements-dev.lock"), requirements(*groups), "requirements-dev.lock")
+    assert_within(pins("requirements-dev.lock"), requirements(*groups()), "requirements-dev.lock")
 
 
 def test_the_dev_lock_pins_the_runtime_packages_at_the_images_versions() -> None:
@@ -85,7 +88,7 @@ def test_each_lock_holds_what_its_packages_require(lock_name: str) -> None:
     metadata of the packages installed here at their locked versions."""
     lock = pins(lock_name)
     asked_extras: dict[str, set[str]] = {}
-    for req in requirements(*(project()["optional-dependencies"])):  # type: ignore[call-overload]
+    for req in requirements(*groups()):
         asked_extras.setdefault(canonicalize_name(req.name), set()).update(req.extras)
     checked = 0
     for name, version in lock.items():
