@@ -305,6 +305,17 @@ MUTATIONS: tuple[Mutation, ...] = (
             "tests/worker/test_fallbacks_replicas.py::test_without_the_flag_it_waits",
         ),
     ),
+    Mutation(
+        name="zero-frees-cards",
+        rule="a job scaled to zero replicas holds no card: no held card without a placed replica",
+        path="worker/scaling.py",
+        snippet="score=now_ms(), clear=clear_all(rec))",
+        replacement="score=now_ms())",
+        tests=(
+            "tests/worker/test_scale_to_zero.py::test_a_placed_job_scaled_to_zero_frees_its_cards_and_comes_back",
+            "tests/worker/test_scale_to_zero.py::test_a_waiting_job_scaled_to_zero_lets_its_held_cards_go",
+        ),
+    ),
 )
 
 

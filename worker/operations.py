@@ -4,7 +4,8 @@ the same record, the same queue entry and the same refusals.
 
 Each operation reads, decides and commits against what it read: a commit through ``transition.lua`` against
 the record's version, or a ``WATCH`` transaction. A commit that lost a race to another writer is tried
-again from a fresh read by the one helper every such loop uses, ``with_retries``.
+again from a fresh read by the one helper every such loop uses, ``with_retries`` (``worker.retries``).
+Scaling, a job's replicas up, down or to zero, is ``worker.scaling``'s.
 """
 
 from __future__ import annotations
@@ -12,20 +13,17 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TypeVar
 
 import redis
 
-from planner import InvalidInput
 from worker import constants as C
-from worker import logs, observed, owners
+from worker import logs, owners
 from worker.classes import clear_all
 from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
 from worker.errors import (
     AlreadySubmitted,
-    Contended,
     JobExists,
     JobNotFound,
     NotReplicated,
@@ -38,49 +36,34 @@ from worker.ids import check_id
 from worker.jobtext import read_job
 from worker.mirrored import MirroredStore
 from worker.owners import ANYONE, Acting, Owned
-from worker.planning import change_for, commit, plan_for
-from worker.records import MAX_REPLICAS, JobRecord, JobState, ServeRequest, utcnow
+from worker.records import JobRecord, JobState, ServeRequest, utcnow
 from worker.replies import Reply
+from worker.retries import AGAIN, Again, with_retries
+from worker.scaling import check_replicas, reserve, scale
 from worker.store import Store, now_ms
+
+# with_retries (worker.retries) and scaling (worker.scaling) are named here too, where callers import them
+__all__ = [
+    "AGAIN",
+    "CANCELLABLE",
+    "Again",
+    "Operations",
+    "cancel",
+    "check_replicas",
+    "existing",
+    "release",
+    "reserve",
+    "retry",
+    "scale",
+    "submit",
+    "with_retries",
+]
 
 log = logs.get_logger("modelplan.worker")
 
 T = TypeVar("T")
 
-
-class Again(Enum):
-    """What an attempt returns when its commit lost a race: read again and try again."""
-
-    AGAIN = "again"
-
-
-AGAIN = Again.AGAIN
-
-
-def with_retries(job_id: str, attempt: Callable[[], T | Again], attempts: int | None = C.PLAN_ATTEMPTS) -> T:
-    """``attempt``'s answer, trying it again while it returns ``AGAIN`` or its ``WATCH`` fired
-    (``redis.WatchError``): each try reads afresh what it commits against. ``Contended`` naming ``job_id``
-    once ``attempts`` tries all lost their races; ``attempts=None`` tries until one wins (a transaction that
-    another writer's progress is all that can stop)."""
-    tried = 0
-    while attempts is None or tried < attempts:
-        tried += 1
-        try:
-            got = attempt()
-        except redis.WatchError:
-            continue
-        if got is not AGAIN:
-            return got
-    raise Contended(job_id)
-
-
 CANCELLABLE = (JobState.QUEUED, JobState.PLANNING, JobState.WAITING)
-
-
-def check_replicas(replicas: int) -> None:
-    """``InvalidInput`` unless ``replicas`` is a count a job may be scaled to (as a request may ask)."""
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
-        raise InvalidInput("scale", "replicas", f"must be a whole number from 1 to {MAX_REPLICAS} (given {replicas!r})")
 
 
 @dataclass
@@ -339,56 +322,3 @@ def retry(store: Store, job_id: str, acting: Acting = ANYONE) -> JobRecord:
         return new
 
     return with_retries(job_id, attempt)
-
-
-def scale(store: MirroredStore, job_id: str, replicas: int, acting: Acting = ANYONE) -> JobRecord:
-    """Ask for ``replicas`` replicas: new ones are planned now, surplus ones freed; the rest stay as they
-    are. A job still queued or being planned takes the new count when it is planned. ``acting``: as for
-    ``release``."""
-    check_replicas(replicas)
-
-    def attempt() -> JobRecord | Again:
-        rec = store.job(job_id)
-        if rec is None:
-            raise JobNotFound(job_id)
-        owners.check(rec, acting)
-        if rec.state.final:
-            raise WrongState(job_id, rec.state.value, "scale", "queued, planning, placed or waiting")
-        if rec.state in (JobState.QUEUED, JobState.PLANNING):
-            new = rec.advance(rec.state, at=utcnow(), wanted=replicas, reason=f"scaled to {replicas}")
-            return new if store.transition(rec, new, reason=new.reason, score=now_ms()).ok else AGAIN
-        snap = store.snapshot()
-        seen = observed.seen_for(store, rec.request)
-        change = change_for(rec, plan_for(rec, snap, wanted=replicas, seen=seen), now=utcnow())
-        code, new_rec = commit(store, rec, change, snap)
-        if new_rec is not None:
-            return new_rec
-        if code is Reply.GONE:
-            raise JobNotFound(job_id)
-        return AGAIN
-
-    return with_retries(job_id, attempt)
-
-
-def reserve(owned: Owned, job_id: str, replicas: int, bound: Callable[[], None] | None = None) -> None:
-    """Count ``replicas`` for ``job_id`` in its client's count before it is scaled: ``NotOwner`` if the job
-    is not that client's, then whatever ``bound`` raises (a bound on one job), then ``OverQuota`` if past
-    the client's limit; nothing is counted when it raises. A job's owner never changes, so its record is
-    read unwatched."""
-    store = owned.store
-    rec = store.job(job_id)
-    if rec is None:
-        raise JobNotFound(job_id)
-    owners.check(rec, owned.client_id)
-    if bound is not None:
-        bound()
-
-    def attempt() -> None:
-        with store.redis.pipeline(transaction=True) as pipe:
-            pipe.watch(owned.key)  # type: ignore[no-untyped-call]
-            write = owned.admit(pipe, job_id, replicas)
-            pipe.multi()
-            write(pipe)
-            pipe.execute()
-
-    with_retries(job_id, attempt)

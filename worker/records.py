@@ -45,7 +45,8 @@ class JobState(StrEnum):
     PLANNING = "planning"
     """A worker holds it under a lease (score: when the lease ends, ms)."""
     PLACED = "placed"
-    """Its cards, or host memory, are reserved on named nodes (score: when placed, ms)."""
+    """Its cards, or host memory, are reserved on named nodes (score: when placed, ms); a job scaled to
+    zero replicas is placed with none, and holds nothing."""
     WAITING = "waiting"
     """Its best option exists but is busy; it waits for that hardware (score: priority, then arrival)."""
     FAILED = "failed"
@@ -274,7 +275,7 @@ class JobRecord(BaseModel):
     def summary(self) -> str:
         """``placed 2 of 3``: replicas running (on the best option or a fallback) of those wanted, and how
         many of them run on a fallback. A final record says what the end left: ``2 of 3 were running;
-        freed``, ``none was running``, ``nothing could hold it``."""
+        freed``, ``none was running``, ``nothing could hold it``; a job scaled to zero, ``scaled to zero``."""
         running = sum(1 for r in self.replicas if r.placement)
         fallback = sum(1 for r in self.replicas if r.state == "fallback")
         if self.state is JobState.FAILED:
@@ -283,6 +284,8 @@ class JobRecord(BaseModel):
             if not running:
                 return "none was running"
             return f"{running} of {self.wanted} {'was' if running == 1 else 'were'} running; freed"
+        if self.wanted == 0 and not self.replicas:
+            return "scaled to zero"
         text = f"placed {running} of {self.wanted}"
         return text + (f", {fallback} on a fallback" if fallback else "")
 

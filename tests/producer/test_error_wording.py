@@ -23,7 +23,7 @@ SUBMIT = ["submit", "--files", str(LISTING / "files.json"), "--config", str(LIST
         ([*SUBMIT, "--priority", "-1"], "modelplan submit: request: priority: must be at least 0 (given -1)"),
         ([*SUBMIT, "--priority", "1001"], "modelplan submit: request: priority: must be at most 1000 (given 1001)"),
         ([*SUBMIT, "--replicas", "0"], "modelplan submit: request: replicas: must be at least 1 (given 0)"),
-        (["scale", "job-1", "0"], "modelplan scale: replicas: must be a whole number from 1 to 256 (given 0)"),
+        (["scale", "job-1", "-1"], "modelplan scale: replicas: must be a whole number from 0 to 256 (given -1)"),
         (
             ["heartbeat", "--node-id", "n", "--gpus", "-1", "--host-mem-gb", "1", "--host-free-gb", "1"],
             "modelplan heartbeat: --gpus: must be at least 0 (given -1)",
