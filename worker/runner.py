@@ -29,7 +29,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.utils import now as rq_now
 
-from worker import alive, jobs, logs, metrics, requests, retry
+from worker import alive, commands, jobs, logs, metrics, requests, retry
 from worker import constants as C
 from worker.config import client_replicas, connect, estimate, max_replicas, redact
 from worker.errors import RedisUnavailable, Refused
@@ -68,6 +68,8 @@ class PlanningWorker(SimpleWorker):
     """The intermediate list and id of the job being started, until it is taken off the list."""
     _state_stored: str | None = None
     """The state this worker last wrote to its hash on its own (not in one of RQ's pipelines)."""
+    listener: commands.CommandListener | None = None
+    """The reader of its command channel, from ``subscribe`` until it is stopped."""
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         # RQ renews a worker's registration before and after each dequeue and after each job, three commands
@@ -113,6 +115,21 @@ class PlanningWorker(SimpleWorker):
             return
         super().execute_job(job, queue)
 
+    def subscribe(self) -> None:
+        # RQ's reader of the command channel can take a minute to stop (worker.commands); this one stops at once
+        self.listener = commands.listen(self.connection, self.pubsub_channel_name, self.handle_payload, self.name)
+        self.pubsub = self.listener.pubsub
+
+    def unsubscribe(self) -> None:
+        # RQ's teardown calls this once its registration is gone
+        self.stop_listening(wake=True)
+
+    def stop_listening(self, *, wake: bool) -> None:
+        """Stop reading the command channel, if it is read (``commands.CommandListener.stop``)."""
+        listener, self.listener = self.listener, None
+        if listener is not None:
+            listener.stop(wake=wake)
+
     def teardown(self) -> None:
         try:
             if self.keys is not None:  # no longer running: said at once, not when the registration lapses
@@ -120,6 +137,8 @@ class PlanningWorker(SimpleWorker):
                     alive.gone(self.connection, self.keys, self.name)
             super().teardown()  # type: ignore[no-untyped-call]
         finally:
+            # where RQ's teardown failed before its unsubscribe (Redis away), the reader ends by itself
+            self.stop_listening(wake=False)
             self.connection.close()  # its loop's own connection (``jobs.loop_client``), back to the pool
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
@@ -158,8 +177,8 @@ def planning_worker(store: MirroredStore, cls: type[PlanningWorker] = PlanningWo
 
 class InProcessWorker(PlanningWorker):
     """A PlanningWorker for draining the queue in this process (the demo, tests): it listens on no command
-    channel, whose thread otherwise costs a second to stop after each drain, and runs each wake-up pass
-    signalled before it takes the next job, as a waker would."""
+    channel (a subscription and a thread for each drain, for commands nothing sends it), and runs each
+    wake-up pass signalled before it takes the next job, as a waker would."""
 
     def subscribe(self) -> None:
         self.pubsub_thread = None
@@ -335,6 +354,9 @@ def _work(store: MirroredStore, name: str, burst: bool, sleep: Callable[[float],
             if burst:
                 raise
             log.warning("rq_loop_failed", worker=name, error=str(e)[:200])
+        finally:
+            if isinstance(w, PlanningWorker):  # RQ's loop can fail after it subscribed and before its teardown
+                w.stop_listening(wake=False)
         if burst or getattr(w, "_shutdown_requested_date", None) is not None:
             return
         if time.monotonic() - started > C.RETRY_MAX_S:

@@ -22,8 +22,11 @@ The internals, by where modelplan relies on them:
   job taken off the planning queue's own intermediate list instead.
 - ``BaseWorker.handle_execution_ended(job, queue, heartbeat_ttl)``: replaced whole (RQ's writes the job's
   heartbeat, a round trip the job's end makes needless); so the body it replaces is checked too.
-- ``BaseWorker.subscribe()`` and ``unsubscribe()``, and the ``pubsub_thread`` attribute: replaced, so that
-  an in-process drain listens on no command channel.
+- ``BaseWorker.subscribe()`` and ``unsubscribe()``, and the ``pubsub`` and ``pubsub_thread`` attributes:
+  replaced by a reader of the command channel that stops at once (``worker/commands.py``), and in
+  ``InProcessWorker`` by none; ``teardown()`` still calls ``unsubscribe()`` and ``bootstrap()``
+  ``subscribe()``, ``pubsub_channel_name`` (a property) names the channel, and ``handle_payload(message)``
+  takes each command.
 - ``BaseWorker.dequeue_job_and_maintain_ttl(timeout, max_idle_time)``: extended to run wake-up passes
   before each dequeue.
 - ``BaseWorker._shutdown_requested_date``: read by ``_work`` to tell a stop on a signal from RQ's loop
@@ -133,8 +136,24 @@ METHODS: dict[str, tuple[type, str, Shape, str]] = {
         params("self", "job", "queue", "heartbeat_ttl"),
         "worker/runner.py PlanningWorker.handle_execution_ended",
     ),
-    "subscribe": (BaseWorker, "subscribe", params("self"), "worker/runner.py InProcessWorker.subscribe"),
-    "unsubscribe": (BaseWorker, "unsubscribe", params("self"), "worker/runner.py InProcessWorker.unsubscribe"),
+    "subscribe": (
+        BaseWorker,
+        "subscribe",
+        params("self"),
+        "worker/runner.py PlanningWorker.subscribe and InProcessWorker.subscribe",
+    ),
+    "unsubscribe": (
+        BaseWorker,
+        "unsubscribe",
+        params("self"),
+        "worker/runner.py PlanningWorker.unsubscribe and InProcessWorker.unsubscribe",
+    ),
+    "handle_payload": (
+        BaseWorker,
+        "handle_payload",
+        params("self", "message"),
+        "worker/runner.py PlanningWorker.subscribe (its reader hands each command to it)",
+    ),
     "dequeue_job_and_maintain_ttl": (
         BaseWorker,
         "dequeue_job_and_maintain_ttl",
@@ -172,6 +191,11 @@ METHODS: dict[str, tuple[type, str, Shape, str]] = {
 PROPERTIES: dict[str, tuple[type, str, str]] = {
     # id: (RQ's class, the property, who overrides it)
     "dequeue_timeout": (BaseWorker, "dequeue_timeout", "worker/runner.py PlanningWorker.dequeue_timeout"),
+    "pubsub_channel_name": (
+        BaseWorker,
+        "pubsub_channel_name",
+        "worker/runner.py PlanningWorker.subscribe (reads it for the channel)",
+    ),
     "Job.execution_registry": (Job, "execution_registry", "worker/queueing.py PlanningJob.execution_registry"),
     "Job.func": (Job, "func", "worker/queueing.py PlanningJob.func"),
     "Job.success_callback": (Job, "success_callback", "worker/queueing.py PlanningJob.success_callback"),
@@ -268,6 +292,35 @@ def test_state_is_kept_in_the_attribute_that_set_state_writes(worker: SimpleWork
 def test_a_worker_starts_with_no_command_channel_thread(worker: SimpleWorker) -> None:
     assert "pubsub_thread" in vars(worker) and worker.pubsub_thread is None, (
         f"{where()}: a worker has no pubsub_thread; InProcessWorker.subscribe sets it to None"
+    )
+    assert "pubsub" in vars(worker) and worker.pubsub is None, (
+        f"{where()}: a worker has no pubsub; PlanningWorker.subscribe sets it to its reader's"
+    )
+
+
+def _calls(fn: Callable[..., Any]) -> set[str]:
+    """The methods of ``self`` that ``fn`` calls, by name."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    return {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "self"
+    }
+
+
+@pytest.mark.parametrize(
+    ("caller", "callee"),
+    [("teardown", "unsubscribe"), ("bootstrap", "subscribe")],
+)
+def test_the_command_channel_is_still_opened_and_closed_through_the_replaced_methods(caller: str, callee: str) -> None:
+    # PlanningWorker's subscribe starts the reader of the command channel and its unsubscribe stops it, at
+    # once: RQ's loop calling neither would leave the reader running (or never start it)
+    assert callee in _calls(getattr(BaseWorker, caller)), (
+        f"{where()}: BaseWorker.{caller} no longer calls self.{callee}(); worker/runner.py PlanningWorker "
+        f"replaces {callee} and relies on it"
     )
 
 

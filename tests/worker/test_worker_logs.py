@@ -51,6 +51,7 @@ def test_a_worker_through_a_redis_outage_writes_json_lines_only(tmp_path: Path) 
     # each reader says once that Redis is away, not once per try and with no traceback
     assert names.count("maintenance_failed") == 1, names
     assert names.count("requests_unavailable") == 1, names
+    assert names.count("commands_failed") == 1, names
     assert not any("Traceback" in json.dumps(e) for e in events if e["event"] == "maintenance_failed")
     assert "library_log" in names, "RQ's own lines (its retries) come through as JSON too"
 
