@@ -28,6 +28,12 @@ MAX_GPUS_PER_NODE = 1024
 MAX_MEM_GB = 1 << 20
 """Bounds on what one node may report (a node with a PiB of RAM is a typo, not a node)."""
 
+LABELLED_SHARE = 0.9
+"""The least share of the size its class label names that a card has: a label names the size a card is
+sold as (an L40S, sold as 48 GB, is ``l40s-48g``) and the driver reports a little less (46068 MiB, 45 GiB;
+ECC on GDDR memory takes a sixteenth). ``gpu_mem_gb`` is then what the card has, and what plans count; a
+label whose size is past ``gpu_mem_gb / LABELLED_SHARE`` names other cards."""
+
 
 class NodeReport(BaseModel):
     """One node as its agent reports it: its cards and host memory, total and free now."""
@@ -40,7 +46,8 @@ class NodeReport(BaseModel):
     fabric: str = Field(default="", pattern=r"^$|" + ID_REGEX)
     """The interconnect its cards share with other nodes' (pipeline parallel spans one fabric)."""
     gpu_mem_gb: int = Field(default=0, ge=0, le=MAX_MEM_GB)
-    """One card's memory in GiB; when 0, read from the class label."""
+    """One card's memory in GiB, what plans count: at most the size the class label names, and at least
+    ``LABELLED_SHARE`` of it (rounded down); when 0, the label's size."""
     gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_NODE)
     free_gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_NODE)
     host_mem_gb: int = Field(ge=0, le=MAX_MEM_GB)
@@ -70,8 +77,15 @@ class NodeReport(BaseModel):
             )
         if labelled > MAX_MEM_GB:
             raise ValueError(f"the class label {self.gpu_class!r} names a card of {labelled} GiB, past {MAX_MEM_GB}")
-        if self.gpu_mem_gb and labelled and self.gpu_mem_gb != labelled:
-            raise ValueError(f"gpu_mem_gb {self.gpu_mem_gb} disagrees with the class label {self.gpu_class!r}")
+        if self.gpu_mem_gb and labelled and self.gpu_mem_gb > labelled:
+            raise ValueError(
+                f"gpu_mem_gb {self.gpu_mem_gb} is more than the {labelled} GiB the class label {self.gpu_class!r} names"
+            )
+        if self.gpu_mem_gb and labelled and self.gpu_mem_gb < int(labelled * LABELLED_SHARE):
+            raise ValueError(
+                f"gpu_mem_gb {self.gpu_mem_gb} disagrees with the class label {self.gpu_class!r}: a card of that "
+                f"class has {int(labelled * LABELLED_SHARE)} to {labelled} GiB"
+            )
         return self
 
     @property

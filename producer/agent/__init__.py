@@ -25,8 +25,10 @@ Which cards a node reports: all of one model. On a node with cards of several mo
 model (class label) is reported, a tie going to the model of the lowest-indexed card, and the others are
 left out (logged as ``cards_ignored``): a node record has one class.
 
-The class label is derived from the card's name and memory (``class_label``) unless ``--gpu-class`` is
-given.
+The class label is derived from the card's name and memory (``class_label``): the size a card of its
+model is sold as (``l40s-48g``), as the examples and docs name classes, unless ``--gpu-class`` is given;
+a ``--gpu-class`` naming a size the cards do not have ``LABELLED_SHARE`` of is refused (``LabelPastCard``).
+The heartbeat carries what the cards have (``gpu_mem_gb``), which is what plans count.
 
 Every name is imported here, so ``producer.agent`` is the one import path for callers.
 """
@@ -35,7 +37,7 @@ from producer.agent.command import add_arguments, run_from_args
 from producer.agent.engine_log import engine_version, kv_per_card, llamacpp_kv, ram_kv, vllm_kv
 from producer.agent.engine_state import EngineRecord, default_state_dir, proc_stat
 from producer.agent.engines import engine_command, engine_env, gguf_file, replica_of
-from producer.agent.errors import CardReadingError, CardsMissing
+from producer.agent.errors import CardReadingError, CardsMissing, LabelPastCard
 from producer.agent.footprint import Steady, measure, process_tree
 from producer.agent.heartbeat import heartbeat_dict
 from producer.agent.hooks import StartHook, StopHook, log_start, log_stop
@@ -75,6 +77,7 @@ __all__ = [
     "CardsMissing",
     "EngineRecord",
     "HostMemory",
+    "LabelPastCard",
     "Nvml",
     "ProcessMemory",
     "Reader",

@@ -106,6 +106,7 @@ def run_from_args(args: argparse.Namespace, *, reader: Reader | None = None) -> 
         print(json.dumps(hb.model_dump(mode="json")), flush=True)
 
     try:
+        agent.check_class()
         if args.once:
             show(agent.tick())
             return 0

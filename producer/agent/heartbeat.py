@@ -7,7 +7,7 @@ from typing import Any
 
 from planner.quant import mem_from_class
 from producer.agent.errors import CardsMissing
-from producer.agent.labels import Card
+from producer.agent.labels import Card, check_label
 from producer.agent.memory import HostMemory
 from worker.footprints import Footprint
 
@@ -29,6 +29,10 @@ def heartbeat_dict(
 ) -> dict[str, Any]:
     """The heartbeat of a node with ``cards`` (all of one class) and ``memory``.
 
+    The class is ``gpu_class`` (``--gpu-class``) or the cards' own label; ``gpu_mem_gb`` what the smallest
+    card has, in GiB rounded down (never more than the label names), which is what plans count.
+    ``LabelPastCard`` where ``gpu_class`` names a size the cards do not have (``check_label``).
+
     ``started`` are the holds already handed to the engine starter; ``taken`` the card indices given to
     them and ``started_host_gb`` the RAM they reserve. A taken card is not free even while it still reads
     idle (its engine is loading, or the start hook runs nothing), so the heartbeat counts it as the
@@ -43,8 +47,11 @@ def heartbeat_dict(
         raise CardsMissing(node_id, label)
     if not label:
         cards = []  # --gpu-class "": the node is reported as a CPU node, whatever cards it has
-    # a label with a size (h200-140g) carries the card's GiB; one without needs it alongside
-    card_gb = 0 if not cards or mem_from_class(label) else min(c.total_mib for c in cards) // 1024
+    check_label(node_id, label, cards)
+    # what the cards have, which plans count, whatever size the label names (the size a card is sold as)
+    card_gb = min(c.has_gb for c in cards) if cards else 0
+    if cards and mem_from_class(label):
+        card_gb = min(card_gb, mem_from_class(label))
     host_free = max(0, min(memory.free_gb, int(memory.total_gb - started_host_gb)))
     data: dict[str, Any] = {
         "node_id": node_id,

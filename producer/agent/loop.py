@@ -16,7 +16,7 @@ from planner.vllmrelease import old_driver
 from producer.agent.engines import replica_of
 from producer.agent.heartbeat import heartbeat_dict
 from producer.agent.hooks import StartHook, StopHook, log_start, log_stop
-from producer.agent.labels import Card, node_cards
+from producer.agent.labels import Card, check_label, node_cards
 from producer.agent.memory import HostMemory
 from producer.agent.probes import Reader, read_boot_id
 from producer.agent.supervise import Supervisor
@@ -109,6 +109,18 @@ class Agent:
             self._driver_checked = True
             self._check_driver()
         return cards, self.reader.memory()
+
+    def check_class(self) -> None:
+        """Raise ``LabelPastCard`` where ``--gpu-class`` names a size the cards read now do not have, so
+        that the agent refuses to start rather than fail every tick; a reading that fails is left to the
+        ticks, which log it and go on."""
+        if not self.gpu_class:
+            return
+        try:
+            cards, _ = node_cards(self.reader.cards())
+        except (ModelplanError, OSError):
+            return
+        check_label(self.node_id, self.gpu_class, cards)
 
     def _check_driver(self) -> None:
         """Warn once where the cards' driver is older than the 550 branch, under which vLLM's CUDA graphs

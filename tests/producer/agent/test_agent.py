@@ -14,27 +14,22 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from planner.errors import InvalidInput
 from planner.model import Artifact, Option
 from planner.pool import ID_REGEX
-from planner.quant import mem_from_class
 from producer import Client
 from producer import constants as K
 from producer.agent import (
     Agent,
     Card,
     CardReadingError,
-    CardsMissing,
     HostMemory,
     SystemReader,
     add_arguments,
     cards_from_nvml,
     cards_from_smi,
-    class_label,
     engine_command,
     engine_env,
     heartbeat_dict,
@@ -181,7 +176,7 @@ def test_nvml_idle_reading_is_one_free_h200() -> None:
         "node_id": "h200-node",
         "gpu_class": "h200-140g",
         "fabric": "",
-        "gpu_mem_gb": 0,
+        "gpu_mem_gb": 140,
         "gpus": 1,
         "free_gpus": 1,
         "host_mem_gb": 125,
@@ -221,7 +216,7 @@ def test_a_bare_cuda_context_is_busy_by_nvml_memory_and_by_the_smi_process_list(
 
 def test_smi_reading_with_memory_not_available_counts_the_card_busy() -> None:
     [c] = cards_from_smi("3, NVIDIA A10G, GPU-x, 23028, [N/A], [N/A], [N/A]\n", "")
-    assert (c.index, c.used_mib, c.idle, c.label) == (3, 23028, False, "a10g-22g")
+    assert (c.index, c.used_mib, c.idle, c.label) == (3, 23028, False, "a10g-24g")
 
 
 def test_smi_reading_in_another_format_is_refused() -> None:
@@ -274,7 +269,7 @@ def test_no_nvml_and_no_nvidia_smi_is_a_cpu_node() -> None:
         reader = SystemReader(nvml=lambda: None, smi=FakeSmi(None, None))
         assert (reader.cards(), reader.cards(), reader.source) == ([], [], "none")
     assert [e["event"] for e in logs] == ["cards_source"]  # said once, not every tick
-    assert beat([]) == {**beat(IDLE), "gpu_class": "", "gpus": 0, "free_gpus": 0}
+    assert beat([]) == {**beat(IDLE), "gpu_class": "", "gpu_mem_gb": 0, "gpus": 0, "free_gpus": 0}
 
 
 def test_boot_id_from_the_kernel_else_random(tmp_path: Path) -> None:
@@ -285,44 +280,7 @@ def test_boot_id_from_the_kernel_else_random(tmp_path: Path) -> None:
     assert first != second and re.fullmatch(ID_REGEX, first)
 
 
-# --- the class label ------------------------------------------------------------------------------------
-
-REFERENCE_CARDS = [
-    ("NVIDIA H200", 143771, "h200-140g"),
-    ("NVIDIA H100 80GB HBM3", 81559, "h100-79g"),
-    ("NVIDIA A100-SXM4-80GB", 81920, "a100-80g"),
-    ("NVIDIA A100-PCIE-40GB", 40960, "a100-40g"),
-    ("NVIDIA L40S", 46068, "l40s-44g"),
-    ("NVIDIA GeForce RTX 4090", 24564, "rtx-4090-23g"),
-    ("NVIDIA A10G", 23028, "a10g-22g"),
-    ("NVIDIA RTX 6000 Ada Generation", 49140, "rtx-6000-ada-47g"),
-    ("Tesla V100-SXM2-16GB", 16160, "v100-15g"),
-    ("NVIDIA A100 80GB PCIe", 81920, "a100-80g"),
-]
-
-
-@pytest.mark.parametrize(("name", "mib", "label"), REFERENCE_CARDS)
-def test_class_label_of_the_reference_cards(name: str, mib: int, label: str) -> None:
-    assert class_label(name, mib) == label
-    assert mem_from_class(label) == mib // 1024
-    assert re.fullmatch(ID_REGEX, label)
-
-
-@given(st.text(max_size=300), st.integers(min_value=1024, max_value=1 << 24))
-def test_every_class_label_is_an_id_that_carries_its_gib(name: str, mib: int) -> None:
-    label = class_label(name, mib)
-    assert re.fullmatch(ID_REGEX, label)
-    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*-\d+g", label)
-    assert mem_from_class(label) == mib // 1024
-
-
-def test_class_label_can_be_given() -> None:
-    assert beat(IDLE, gpu_class="h200")["gpu_class"] == "h200"
-    assert beat(IDLE, gpu_class="h200")["gpu_mem_gb"] == 140  # a label without a size needs it alongside
-    assert beat(IDLE, gpu_class="h200-141g")["gpu_mem_gb"] == 0
-    assert beat(IDLE, gpu_class="")["gpus"] == 0  # "": reported as a CPU node
-    with pytest.raises(CardsMissing, match="--gpu-class 'h200-140g' is given but no card was found"):
-        beat([], gpu_class="h200-140g")
+# --- the cards a node reports (the class label itself: test_labels.py) -------------------------------
 
 
 def test_a_node_of_mixed_cards_reports_its_most_common_model() -> None:
@@ -335,10 +293,10 @@ def test_a_node_of_mixed_cards_reports_its_most_common_model() -> None:
     with capture_logs() as logs:
         hb_ = agent.tick()
         agent.tick()
-    assert (hb_.gpu_class, hb_.gpus, hb_.free_gpus) == ("a10g-22g", 2, 2)
+    assert (hb_.gpu_class, hb_.gpu_mem_gb, hb_.gpus, hb_.free_gpus) == ("a10g-24g", 22, 2, 2)
     ignored = [e for e in logs if e["event"] == "cards_ignored"]
     assert len(ignored) == 1 and ignored[0]["ignored"] == [
-        {"index": 1, "name": "NVIDIA GeForce RTX 4090", "class": "rtx-4090-23g"}
+        {"index": 1, "name": "NVIDIA GeForce RTX 4090", "class": "rtx-4090-24g"}
     ]
 
 
@@ -415,7 +373,7 @@ def test_once_dry_run_prints_the_heartbeat_and_needs_no_redis(
         "node_id": "h200-node",
         "gpu_class": "h200-140g",
         "fabric": "ib-east",
-        "gpu_mem_gb": 0,
+        "gpu_mem_gb": 140,
         "gpus": 1,
         "free_gpus": 1,
         "host_mem_gb": 125,
