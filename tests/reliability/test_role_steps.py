@@ -39,7 +39,7 @@ GHOST = json.dumps({"gpus": 0, "host_gb": 0, "boot_id": "boot-1", "nominated": F
 
 @pytest.fixture
 def srv() -> Iterator[Roles]:
-    with roles_server(agents=("n1", "n2", "n3", "n4"), clients=("svc-a",)) as found:
+    with roles_server(agents=("n1", "n2", "n3", "n4", "n5"), clients=("svc-a",)) as found:
         admin = found.admin()
         try:
             admin.acl_log_reset()
@@ -85,7 +85,7 @@ def state_of(worker: Client, job_id: str) -> JobState:
 
 def every_state(srv: Roles, worker: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     """Jobs in every state, and something for each step of the sweep to do."""
-    agents = {n: srv.client("agent", n) for n in ("n1", "n2", "n3", "n4")}
+    agents = {n: srv.client("agent", n) for n in ("n1", "n2", "n3", "n4", "n5")}
     assert agents["n1"].heartbeat(hb("n1", gpus=1))
     worker.submit(request(), job_id="released")
     drain(worker)
@@ -97,6 +97,10 @@ def every_state(srv: Roles, worker: Client, monkeypatch: pytest.MonkeyPatch) -> 
     worker.submit(request(), job_id="on-silent")
     drain(worker)
     assert [p.node_id for p in worker.get("on-silent").placement] == ["n3"]
+    assert agents["n5"].heartbeat(hb("n5", gpus=1))
+    worker.submit(request(), job_id="unheld")
+    drain(worker)
+    assert [p.node_id for p in worker.get("unheld").placement] == ["n5"]
     assert agents["n2"].heartbeat(hb("n2", gpus=1, free=0))  # its card busy outside modelplan
     for job in ("waiting", "cancelled"):
         worker.submit(request(), job_id=job)
@@ -136,9 +140,10 @@ def every_state(srv: Roles, worker: Client, monkeypatch: pytest.MonkeyPatch) -> 
     admin = srv.admin()
     try:
         until(lambda: not admin.exists(K.node("n3"), K.node("n4")))
-        # what a failure, or a hand, can leave: a hold no job owns, a conflict
+        # what a failure, or a hand, can leave: a hold no job owns, a placed replica's hold gone, a conflict
         # whose record lapsed, a job record that does not parse
         admin.hset(K.held("n1"), "ghost:0:1", GHOST)
+        assert admin.hdel(K.held("n5"), worker.get("unheld").placement[0].hold_id) == 1
         admin.zadd(K.conflicts, {"n9": 0})
         admin.set(K.job("junk"), "{not json")
         admin.zadd(K.jobs(JobState.QUEUED), {"junk": 0})
@@ -166,6 +171,11 @@ def test_every_periodic_step_runs_under_its_roles_rule(srv: Roles, monkeypatch: 
     idle = [name for name in maintenance.STEPS if not any(d.get(name) for d in done)]
     assert idle == [], f"steps with nothing done: {idle} ({done})"
     assert "ended (exit status 1)" in worker.get("placed").reason
+    # both halves of the holds' check: the hold no one's is gone, the replica whose hold went holds anew
+    unheld = worker.get("unheld")
+    assert unheld.state is JobState.PLACED and unheld.reason.startswith("the hold of replica 0 on n5 is gone")
+    assert sorted(worker.store.held_on("n5")) == [unheld.placement[0].hold_id]
+    assert "ghost:0:1" not in worker.store.held_on("n1")
     # the worker's other loops: its figures flushed, its registrations pruned, its mirror kept warm
     metrics.flush(worker.redis, worker.keys)
     alive.prune(worker.redis, worker.keys)
