@@ -92,6 +92,17 @@ MUTATIONS: tuple[Mutation, ...] = (
         ),
     ),
     Mutation(
+        name="commit-holds-summed",
+        rule="the holds one commit writes on one node are checked together against its room, not each alone",
+        path="worker/lua/transition.lua",
+        snippet="  local add = adding[node_id] or {gpus = 0, host = 0}\n",
+        replacement="  local add = {gpus = 0, host = 0}\n",
+        tests=(
+            "tests/worker/test_rules_replicas.py::test_two_holds_on_one_node_in_one_commit_count_together_against_its_cards",
+            "tests/worker/test_rules_replicas.py::test_two_cpu_holds_on_one_node_in_one_commit_count_together_against_its_ram",
+        ),
+    ),
+    Mutation(
         name="commit-version",
         rule="a commit made from an older version of the job's record is refused as stale",
         path="worker/lua/transition.lua",
@@ -123,6 +134,25 @@ MUTATIONS: tuple[Mutation, ...] = (
             "tests/worker/test_rules.py::test_a_job_being_planned_is_not_claimed_by_a_second_worker",
             "tests/worker/test_lifecycle.py::test_a_claim_rewrites_only_the_head_of_a_queued_record",
         ),
+    ),
+    Mutation(
+        name="lost-node-own-replicas",
+        rule="a node lost (silent, or restarted) takes only its own replicas: the job's others keep their holds",
+        path="worker/moves.py",
+        snippet="            if p.node_id == node_id\n            and (boot_id is None",
+        replacement="            if (boot_id is None",
+        tests=(
+            "tests/worker/test_rules_replicas.py::test_a_silent_node_takes_only_its_own_replicas",
+            "tests/worker/test_rules_replicas.py::test_a_restarted_node_takes_only_its_own_replicas",
+        ),
+    ),
+    Mutation(
+        name="scale-cap",
+        rule="a job is never scaled past the replicas a request may ask (256): refused, nothing changed",
+        path="worker/scaling.py",
+        snippet="    check_replicas(replicas)\n\n    def attempt() -> JobRecord | Again:",
+        replacement="    def attempt() -> JobRecord | Again:",
+        tests=("tests/worker/test_rules_replicas.py::test_a_job_is_never_scaled_past_the_replicas_a_request_may_ask",),
     ),
     Mutation(
         name="vet-function",
@@ -276,8 +306,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         name="acl-client-reads-jobs",
         rule="a client's login only reads job records, never writes them",
         path="producer/roles.py",
-        snippet='f"%R~{keys.job_pattern}"',
-        replacement='f"~{keys.job_pattern}"',
+        snippet='*(f"%R~{p}" for p in reads)',
+        replacement='*(f"~{p}" for p in reads)',
         tests=(
             "tests/worker/test_rules.py::test_a_client_rule_reads_job_records_and_writes_only_its_own_keys",
             "tests/reliability/test_roles.py::test_a_client_acts_on_its_own_jobs_only",
@@ -292,6 +322,28 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=(
             "tests/worker/test_rules.py::test_no_role_but_the_operator_may_eval",
             "tests/reliability/test_roles.py::test_no_role_runs_lua_of_its_own",
+        ),
+    ),
+    Mutation(
+        name="acl-worker-every-step",
+        rule="the worker's rule allows every command its periodic steps run, HKEYS of the waiting recount among them",
+        path="producer/roles.py",
+        snippet='"hgetall", "hkeys", "hmget"',
+        replacement='"hgetall", "hmget"',
+        tests=(
+            "tests/reliability/test_role_steps.py::test_a_waiting_job_beside_a_free_card_is_placed_by_the_sweep_under_the_workers_rule",
+            "tests/reliability/test_role_steps.py::test_every_periodic_step_runs_under_its_roles_rule",
+        ),
+    ),
+    Mutation(
+        name="unheld-replanned",
+        rule="a replica whose hold is gone from its node is planned again by the sweep, never left on unreserved cards",
+        path="worker/unheld.py",
+        snippet="        if not isinstance(found, Exception) and not found:",
+        replacement="        if False:",
+        tests=(
+            "tests/worker/test_unheld.py::test_a_placed_replica_whose_hold_is_gone_is_placed_again",
+            "tests/worker/test_unheld.py::test_its_card_taken_meanwhile_is_not_booked_twice",
         ),
     ),
     Mutation(
