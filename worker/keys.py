@@ -156,8 +156,14 @@ class Keys:
             raise BadId("prefix", prefix, PREFIX_MAX)
         self.prefix = prefix
         self._p = prefix + ":"
-        self._node_families = (self._p + "node:", self._p + "held:", self._p + "boots:", self._p + "conflict:")
-        self._node_keys: dict[str, tuple[str, str, str, str]] = {}
+        self._node_families = (
+            self._p + "node:",
+            self._p + "held:",
+            self._p + "boots:",
+            self._p + "conflict:",
+            self._p + "beat:",
+        )
+        self._node_keys: dict[str, tuple[str, str, str, str, str]] = {}
 
     @property
     def queue_name(self) -> str:
@@ -212,22 +218,65 @@ class Keys:
     def node(self, node_id: str) -> str:
         return f"{self._p}node:{check_id(node_id, 'node_id')}"
 
-    def node_keys(self, node_id: str) -> tuple[str, str, str, str]:
-        """A node's own keys as ``heartbeat.lua`` is handed them: ``node``, ``held``, ``boots`` and
-        ``conflict``. A relay's batch needs these for every heartbeat, of the same nodes again and again:
+    def node_keys(self, node_id: str) -> tuple[str, str, str, str, str]:
+        """A node's own keys as ``heartbeat.lua`` is handed them: ``node``, ``held``, ``boots``,
+        ``conflict`` and ``beat``. A relay's batch needs these for every heartbeat, of the same nodes again and again:
         they are kept by node id (up to ``NODE_KEYS_KEPT``), the id checked when they are made."""
         found = self._node_keys.get(node_id)
         if found is None:
             check_id(node_id, "node_id")
             if len(self._node_keys) >= NODE_KEYS_KEPT:
                 self._node_keys.clear()
-            node, held, boots, conflict = self._node_families
-            found = self._node_keys[node_id] = (node + node_id, held + node_id, boots + node_id, conflict + node_id)
+            node, held, boots, conflict, beat = self._node_families
+            found = self._node_keys[node_id] = (
+                node + node_id,
+                held + node_id,
+                boots + node_id,
+                conflict + node_id,
+                beat + node_id,
+            )
         return found
 
     @property
     def nodes(self) -> str:
         return f"{self._p}nodes"
+
+    def beat(self, node_id: str) -> str:
+        """The seq of a node's last refresh (a hash, field ``seq``): a refresh moves its record's TTL and
+        writes this, never the record, so that it rings no worker's intake."""
+        return f"{self._p}beat:{check_id(node_id, 'node_id')}"
+
+    @property
+    def taken(self) -> str:
+        """What the workers' intake took of each node (node id -> JSON), so that a record is taken once."""
+        return f"{self._p}taken"
+
+    def probe(self, name: str) -> str:
+        """A worker's own key, set to see its keyspace notification arrive."""
+        return f"{self._p}probe:{check_id(name, 'worker')}"
+
+    @property
+    def node_prefix(self) -> str:
+        """What every node record's key starts with: a keyspace notification's channel names the key."""
+        return f"{self._p}node:"
+
+    @property
+    def conflict_prefix(self) -> str:
+        return f"{self._p}conflict:"
+
+    def keyspace_patterns(self, db: int | str = "*") -> tuple[str, str]:
+        """The keyspace notification channels (``PSUBSCRIBE`` patterns) of the node records and conflict
+        records in database ``db`` (``*``: any, as an ACL rule names them: Redis grants a pattern
+        subscription only to the pattern a rule spells)."""
+        return (f"__keyspace@{db}__:{self.node_prefix}*", f"__keyspace@{db}__:{self.conflict_prefix}*")
+
+    def probe_channel(self, db: int, name: str) -> str:
+        return f"__keyspace@{db}__:{self.probe(name)}"
+
+    @property
+    def probe_channels(self) -> str:
+        """An ACL channel pattern covering every worker's probe channel, in any database."""
+        return f"__keyspace@*__:{self._p}probe:*"
 
     def boots(self, node_id: str) -> str:
         return f"{self._p}boots:{check_id(node_id, 'node_id')}"
