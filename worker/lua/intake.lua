@@ -116,11 +116,6 @@ local function put_taken(node_id, t)
   redis.call('HSET', KEYS[10], node_id, cjson.encode({t.digest, t.boot, t.free, t.host, t.class, t.refused}))
 end
 
-local function feed(...)
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', maxlen, '*', ...)
-  changes = changes + 1
-end
-
 local function take(node_id, node_key, held_key, conflict_key)
   local raw = own(node_key)
   local conflict_raw = own(conflict_key)
@@ -142,7 +137,8 @@ local function take(node_id, node_key, held_key, conflict_key)
   end
   if not raw then
     if was.digest ~= '' then
-      feed('n', node_id, 'gone', '1')
+      redis.call('XADD', KEYS[5], 'MAXLEN', '~', maxlen, '*', 'n', node_id, 'gone', '1')
+      changes = changes + 1
       redis.call('ZADD', KEYS[1], 'LT', string.format('%d', now_ms), node_id)
     end
     if conflict_raw then
@@ -192,7 +188,9 @@ local function take(node_id, node_key, held_key, conflict_key)
     end
   end
   local pttl = redis.call('PTTL', node_key)
-  feed('n', node_id, 'r', digest, 't', string.format('%d', math.max(pttl, 0)))
+  local ttl = string.format('%d', math.max(pttl, 0))
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', maxlen, '*', 'n', node_id, 'r', digest, 't', ttl)
+  changes = changes + 1
   if pttl >= 0 then
     redis.call('ZADD', KEYS[1], string.format('%d', now_ms + pttl), node_id)
   else
