@@ -277,7 +277,12 @@ class Client:
         """The seq of the node's stored heartbeat when it is of ``boot_id``: what a heartbeat of that boot
         must rise above to be stored. None when none of that boot is stored."""
         rec = self._call(lambda: self.store.node_record(node_id))
-        return rec.seq if rec is not None and rec.boot_id == boot_id else None
+        if rec is None or rec.boot_id != boot_id:
+            return None
+        # a refresh keeps its seq beside the record (``beat:{id}``), which it leaves as it was
+        refreshed = self._call(lambda: self.store.redis.hget(self.keys.beat(node_id), "seq"))
+        seq = refreshed.decode() if isinstance(refreshed, bytes) else str(refreshed or "")
+        return max(rec.seq, int(seq)) if seq.isdigit() else rec.seq
 
     def conflicts(self) -> list[ConflictRecord]:
         """The node ids two agents publish under now, by id: each out of the pool until one is left."""

@@ -48,6 +48,8 @@ class BeatReply:
 
 WORKER_USERS = ("worker", "operator")
 """The roles (``producer.roles``) whose logins may run the intake."""
+NODE_USERS = ("agent", "relay", "client")
+"""The roles whose logins may not."""
 
 
 class Heartbeats:
@@ -60,11 +62,18 @@ class Heartbeats:
     user name (the default user, a worker's or the operator's: yes; any other: no)."""
 
     def takes_in(self) -> bool:
-        """Whether this caller takes its own changes in (``inline_intake``)."""
+        """Whether this caller takes its own changes in (``inline_intake``): the default user, a worker's or
+        the operator's login do; a node's, a relay's or a client's (named as ``producer.roles`` names them)
+        do not; any other login tries, once (``intake`` turns this off when refused)."""
         if self.inline_intake is None:
             user = self.redis.connection_pool.connection_kwargs.get("username")
-            worker_users = {f"{self.keys.prefix}.{role}" for role in WORKER_USERS}
-            self.inline_intake = user in (None, "", "default") or user in worker_users
+            prefix = self.keys.prefix
+            if user in (None, "", "default") or user in {f"{prefix}.{role}" for role in WORKER_USERS}:
+                self.inline_intake = True
+            elif any(str(user).startswith(f"{prefix}.{role}.") for role in NODE_USERS):
+                self.inline_intake = False
+            else:
+                return True
         return self.inline_intake
 
     def intake(self, node_ids: Sequence[str]) -> bool:
@@ -124,6 +133,11 @@ class Heartbeats:
             ]
         changed = [node_id for (node_id, _), b in zip(beats, out, strict=True) if b.changed]
         if changed and self.takes_in():
-            wake = self.intake(changed)
+            try:
+                wake = self.intake(changed)
+            except redis.exceptions.NoPermissionError:
+                self.inline_intake = False  # a login without a worker's rights: the workers take it in
+                return out
+            self.inline_intake = True
             out = [BeatReply(b.beat, wake, b.restarted, b.changed) for b in out]
         return out
