@@ -4,8 +4,15 @@
 key (after the prefix)                  type    TTL                   written by
 ======================================  ======  ====================  ==================================
 ``node:{node_id}``                      string  NODE_TTL_MS           heartbeat.lua: the last heartbeat
-                                                                      (JSON NodeRecord)
-``nodes``                               zset    none                  heartbeat.lua (node id, when its
+                                                                      that changed the view (JSON
+                                                                      NodeRecord); a refresh moves its TTL
+``beat:{node_id}``                      hash    NODE_TTL_MS           heartbeat.lua: ``seq`` of the last
+                                                                      refresh
+``taken``                               hash    none                  intake.lua: what was taken of each
+                                                                      node (JSON), so it is taken once
+``probe:{name}``                        string  1 ms                  worker.intake: a worker's own key,
+                                                                      to see notifications arrive
+``nodes``                               zset    none                  intake.lua (node id, when its
                                                                       heartbeat lapses: ms, the server's
                                                                       clock; now for a node whose id went
                                                                       into conflict, silent for the sweep);
@@ -21,10 +28,10 @@ key (after the prefix)                  type    TTL                   written by
                                                 from its last flip    one node id (JSON ConflictRecord);
                                                                       the node is out of the pool while
                                                                       it is there
-``conflicts``                           zset    none                  heartbeat.lua (node id, when its
+``conflicts``                           zset    none                  intake.lua (node id, when its
                                                                       conflict clears: ms, the server's
                                                                       clock); the sweep drops the cleared
-``restarts``                            set     none                  heartbeat.lua: nodes back with a new
+``restarts``                            set     none                  intake.lua: nodes back with a new
                                                                       boot (or after a lapse) holding
                                                                       reservations; a worker's waker takes
                                                                       them and has each checked
@@ -55,7 +62,7 @@ key (after the prefix)                  type    TTL                   written by
 ``pending:records``                     hash    none                  transition.lua: pending job id ->
                                                                       its record, for take_wake.lua (a
                                                                       copy: a commit checks the version)
-``pool:changes``                        stream  MAXLEN                heartbeat.lua, transition.lua,
+``pool:changes``                        stream  MAXLEN                intake.lua, transition.lua,
                                         POOL_CHANGES_MAXLEN   quarantine_job.lua, the sweep: each
                                                               change to the pool (a node's
                                                               heartbeat with its TTL, or a call's
@@ -63,12 +70,12 @@ key (after the prefix)                  type    TTL                   written by
                                                               or cleared; a node dropped), for the
                                                               workers' mirrors
 ``seq``                                 string  none                  submit: arrival counter
-``epoch``                               string  none                  heartbeat.lua, transition.lua:
+``epoch``                               string  none                  intake.lua, transition.lua:
                                                                       bumped whenever capacity frees
-``wake:signal``                         list    none                  heartbeat.lua, transition.lua: one
+``wake:signal``                         list    none                  intake.lua, transition.lua: one
                                                                       token while a wake-up pass is due;
                                                                       a worker's waker takes it
-``wake:classes``                        set     none                  heartbeat.lua, transition.lua:
+``wake:classes``                        set     none                  intake.lua, transition.lua:
                                                                       classes freed since the last pass
 ``ack``                                 string  none                  the client: bumped before ``WAIT``,
                                                                       on the connection that waits, so
@@ -107,7 +114,7 @@ key (after the prefix)                  type    TTL                   written by
 ``stats``                               hash    none                  worker.metrics: counters and
                                                                       histogram buckets of plan and commit
                                                                       times, commit conflicts, wake-up
-                                                                      latency; heartbeat.lua: heartbeats
+                                                                      latency; intake.lua: heartbeats
                                                                       refused for a node id in conflict
 ``worker:{name}``, ``workers`` (set)    string  WORKER_TTL_MS         worker.alive: the running workers
 ``rq:queue:{prefix}``                   list    RQ's                  RQ: the planning queue (job ids)
