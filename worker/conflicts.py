@@ -1,5 +1,6 @@
 """Node ids two agents publish under (a cloned machine image): what ``heartbeat.lua`` records of each
-(``conflict:{node_id}``, indexed in ``conflicts`` by the workers' intake), read for ``modelplan status`` and the metrics.
+(``conflict:{node_id}``, indexed in ``conflicts`` by the workers' intake), read for ``modelplan status``
+and the metrics.
 
 The script decides: a boot heard again after another took its place is a second agent, and the node is
 out of the pool until one boot alone has been heard for ``CONFLICT_CLEAR_MS``. This only reads.

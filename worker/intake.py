@@ -97,7 +97,7 @@ class Intake:
 
     def subscribe(self) -> None:
         k = self.store.keys
-        self.pubsub = self.store.redis.pubsub(ignore_subscribe_messages=True)
+        self.pubsub = self.store.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         self.pubsub.psubscribe(*k.keyspace_patterns())
         self.pubsub.subscribe(k.probe_channel(self.db, self.name))
 

@@ -121,7 +121,7 @@ class Store(PoolReads, Handoffs, Heartbeats):
             ttls = pipe.execute()
         alive = {i: now + (t if t >= 0 else 1 << 52) for i, t in zip(ids, ttls, strict=True) if t != -2}
         if alive:
-            self.redis.zadd(self.keys.nodes, alive, xx=True, gt=True)  # type: ignore[arg-type]
+            self.redis.zadd(self.keys.nodes, alive, xx=True, gt=True)
         return [i for i in ids if i not in alive]
 
     def forget_node_if_silent(self, node_id: str) -> bool:

@@ -134,7 +134,7 @@ def test_an_agent_names_its_holds_to_the_heartbeat_but_cannot_write_them(cluster
     assert len(before) == 1
     with pytest.raises(redis.exceptions.NoPermissionError):
         n1.redis.delete(K.held("n1"))
-    with pytest.raises(redis.ResponseError, match="access (at least )?one of the keys"):
+    with pytest.raises(redis.ResponseError, match=r"access (at least )?one of the keys"):
         script(n1.redis, "signal_pass")(keys=[K.held("n1"), K.wake_classes], args=[0])
     assert cluster.admin().hgetall(K.held("n1")) == before
     assert n1.heartbeat(hb("n1", gpus=1, free=0, seq=2))  # and its heartbeats go on

@@ -29,6 +29,7 @@ from worker.errors import JobExists, JobNotFound, WrongState
 from worker.ids import planning_job_id
 from worker.records import JobState, utcnow
 from worker.reports import NodeRecord, parse_heartbeat
+from worker.scripts import text
 
 
 def test_placed_on_a_free_card(client: Client) -> None:
@@ -577,10 +578,10 @@ def test_heartbeats_in_batches_change_what_one_at_a_time_change(
                 for last in [{f[b"n"]: f for _, f in changes}.get(n.encode(), {})]
             ),
             "indexed": {n for n in ("g1", "g2", "g3", "c1") if client.redis.exists(k.node(n))}
-            <= {i.decode() for i in client.redis.zrange(k.nodes, 0, -1)},
+            <= {text(i) for i in client.redis.zrange(k.nodes, 0, -1)},
         }
 
-    def sha1(raw: bytes | None) -> bytes:
+    def sha1(raw: Any) -> bytes:
         return hashlib.sha1(raw or b"").hexdigest().encode()
 
     def without_time(raw: bytes | None) -> dict[str, Any] | None:
