@@ -8,8 +8,9 @@ which nodes and holds an entry makes worth reading again (``Named``), and what i
 
 What a mirror holds of a node is what its keys hold (``node:{id}`` and its TTL, ``held:{id}``), never what
 an entry says: a node agent may add to the stream, so an entry is a reason to read the node it names again,
-and no more. An entry that would change nothing (a worker's own commit read back) names nothing. A
-refresh's TTL is the one thing taken from an entry, as a hint of when to look again (``note``)."""
+and no more. An entry that would change nothing (a worker's own commit read back) names nothing. A node
+stays in the mirror until its record is read gone (a gone entry names it): a refresh moves only its
+record's TTL and is written nowhere a worker reads, so a TTL as read says nothing of when it lapses."""
 
 from __future__ import annotations
 
