@@ -266,8 +266,8 @@ class Client:
 
     def _put(self, beats: Sequence[Stored]) -> list[Beat]:
         def put() -> list[Beat]:
-            # a node back with a new boot while holding reservations is left in restarts by the heartbeat
-            # function itself, with a wake-up signal: a worker's waker has it checked, whoever sent it
+            # a node back with a new boot while holding reservations is put in restarts, with a wake-up
+            # signal, by the workers' intake: a worker's waker has it checked, whoever sent it
             replies = self.store.beat_stored([(node_id, raw) for node_id, _, raw in beats])
             return [reply.beat for reply in replies]
 

@@ -47,7 +47,7 @@ MAINTENANCE_INTERVAL_S = 2.0
 does it (a lock), so more workers do not mean more sweeps."""
 
 NODE_KEYS_KEPT = 10_000
-"""Nodes whose four keys a ``Keys`` keeps made for ``heartbeat.lua`` (some 400 bytes each, 4 MB at most):
+"""Nodes whose five keys a ``Keys`` keeps made for ``heartbeat.lua`` (some 400 bytes each, 4 MB at most):
 a relay publishes the same racks' nodes every interval, and making them anew (the id checked, four strings
 joined) took some 1 us a node, four times the rest of building a call; past this many, all are forgotten
 and made again as they come."""
