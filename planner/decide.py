@@ -19,7 +19,7 @@ from planner.constants import HOST_SHARE, gib
 from planner.estimate import DEFAULT_ESTIMATE, Estimate, engine_shape, llamacpp_host, llamacpp_split
 from planner.index import PoolIndex
 from planner.model import Artifact, Option, PoolNode, Shape
-from planner.observed import Seen, observe
+from planner.observed import QUORUM, Seen, observe
 from planner.options import classes, gguf_kv_bytes, options, original_kv_bytes
 from planner.parallel import vllm_kv_spread, vllm_tp_allowed
 from planner.quantconfig import BNB_4BIT
@@ -218,6 +218,7 @@ def plan_job(
     estimate: Estimate = DEFAULT_ESTIMATE,
     settings: Settings = NO_SETTINGS,
     seen: Sequence[Seen] = (),
+    quorum: int = QUORUM,
 ) -> JobPlan:
     """Plan every replica of a job against ``nodes`` (what is free for this job): a list of nodes, indexed
     first, or an index or view of one (``planner.index``), on which a plan costs the kinds of node it
@@ -230,13 +231,14 @@ def plan_job(
     a job waits, rather than fails, when the pool no longer holds it; so does every job while the pool has
     no node (``NO_NODE_YET``), which a node joining wakes. ``estimate`` says how an engine's own
     cost is counted, ``settings`` what the engines are started with; ``seen`` what the engines of this
-    model were measured to hold (``planner.observed``), which counts an option of a kind they ran as.
+    model were measured to hold (``planner.observed``), which counts an option of a kind ``quorum`` nodes
+    ran as.
     """
     kept, dropped = _scale(running, replicas)
     view = pool_view(nodes)
     ranked = tuple(options(artifacts, shape, view, context, estimate, settings))
     if seen and ranked:
-        ranked = tuple(observe(ranked, seen, artifacts, shape, view, context, settings))
+        ranked = tuple(observe(ranked, seen, artifacts, shape, view, context, settings, quorum))
     if not ranked:
         why = why_unfit(artifacts, shape, view, context, estimate, settings)
         empty = not view  # no node to judge it by: an empty pool is not one that cannot hold it

@@ -1,18 +1,24 @@
 """The ``observed`` estimate: what the engines of a model were measured to hold on the nodes, as a floor
-under the formula.
+under the formula once enough nodes agree.
 
 A worker keeps what the node agents measured of each started replica (``worker.observations``) and hands
-a plan the runs of the request's own model as ``Seen`` values, one per kind of replica: the artifact, the
-engine, the card class and width (or the CPU), the context and the engine's settings. An option of the
-same kind is counted with them:
+a plan the runs of the request's own model as ``Seen`` values, one per node and kind of replica: the
+artifact, the engine, the card class and width (or the CPU), the context and the engine's settings, with
+the node that reported it and the engine's release. An option of the same kind is counted with them:
 
-    need = max(largest footprint seen × (1 + MARGIN), formula × (1 − MARGIN))
+    need = max(agreed figure × (1 + MARGIN), formula × (1 − MARGIN))
 
-so that a plan never counts less than an engine was seen to hold, and an observation makes a plan smaller
-than the formula only within the margin. Where the KV cache's part of the footprint is known, the rest of
-it stands for any context and the KV cache this request's context needs is added back (the formula's);
-where it is not, only a run at the same context counts. An option that no longer fits its cards counted so
-is dropped; a CPU option is counted on the nodes' RAM again. Pure: no Redis."""
+so that a plan never counts less than the engines were seen to hold, and an observation makes a plan
+smaller than the formula only within the margin. Where the KV cache's part of the footprint is known, the
+rest of it stands for any context and the KV cache this request's context needs is added back (the
+formula's); where it is not, only a run at the same context counts.
+
+What one node says moves no plan: a node's agent is the authority on its own node, and its login, or
+its engine's odd run, must not steer every plan for the model (``agreed``). Each node counts once (its
+largest figure); releases are kept apart; the figure is the one ``quorum`` nodes reached, with fewer the
+option keeps the formula. And an observation never rules out an option the formula allows: where the
+agreed need would not fit the option's cards (or any node's RAM), the option stays as the formula counted
+it, the observation said in its ``margin``. Pure: no Redis."""
 
 from __future__ import annotations
 
@@ -27,7 +33,12 @@ from planner.settings import Settings
 from planner.view import Nodes, pool_view
 
 MARGIN = 0.05
-"""Above the largest footprint seen, and the most below the formula an observation may take a plan."""
+"""Above the agreed footprint, and the most below the formula an observation may take a plan."""
+
+QUORUM = 2
+"""Nodes that must have runs of a kind, at one engine release, before their figure counts in a plan: no
+one node's agent moves the plans of the others (``agreed``). A deployment sets another
+(``MODELPLAN_OBSERVED_QUORUM``): 1 takes one node's word, as a single node's must to learn at all."""
 
 CONTEXT_FLAGS = frozenset({"-c", "--ctx-size", "--max-model-len"})
 """The settings that name the context: a run at another context matches an option otherwise alike."""
@@ -35,7 +46,7 @@ CONTEXT_FLAGS = frozenset({"-c", "--ctx-size", "--max-model-len"})
 
 @dataclass(frozen=True, slots=True)
 class Seen:
-    """The largest footprint seen of one kind of replica of a model, over its runs at one engine release."""
+    """A footprint one node's engine was seen to hold, running one kind of replica of a model."""
 
     artifact: str
     engine: Engine
@@ -52,7 +63,11 @@ class Seen:
     """Of ``bytes``, the KV cache the engine allocated; 0 unknown."""
     runs: int = 1
     since: str = ""
-    """When the first of the runs was seen (ISO 8601 date)."""
+    """When the run was seen (ISO 8601 date)."""
+    node: str = ""
+    """The node whose agent reported it ("" for runs kept before runs named their node: one node, unnamed)."""
+    release: str = ""
+    """The engine's release as its node reported it ("" where the engine did not say)."""
 
     @property
     def cpu(self) -> bool:
@@ -94,9 +109,53 @@ def observed_bytes(s: Seen, context: int, kv_now: int) -> int | None:
 
 
 def observed_need_gb(formula_gb: float, seen_bytes: int) -> float:
-    """The need counted for an option whose formula says ``formula_gb`` and whose engines held
-    ``seen_bytes``."""
+    """The need counted for an option whose formula says ``formula_gb`` and whose engines were agreed to
+    hold ``seen_bytes``."""
     return max(seen_bytes * (1 + MARGIN) / GIB, formula_gb * (1 - MARGIN))
+
+
+@dataclass(frozen=True, slots=True)
+class Agreed:
+    """What ``quorum`` nodes agree one kind of replica holds, at one engine release."""
+
+    bytes: int
+    nodes: int
+    """The nodes with runs at that release: one run each."""
+    release: str
+    since: str
+    """When the first of their runs was seen (ISO 8601 date)."""
+
+
+def agreed(figures: Sequence[tuple[Seen, int]], quorum: int = QUORUM) -> Agreed | None:
+    """The figure ``quorum`` nodes agree on, of runs (each with its figure for this request); None where
+    too few nodes ran it.
+
+    - One node, one figure: its largest, however many runs it sent (a node's agent may say anything of its
+      own node, and no more than once).
+    - Releases apart: a release is a label, never ordered (an agent can name one from the future), so
+      runs of different releases are never compared or pooled. Each release with ``quorum`` nodes is a
+      candidate; the plan takes the one most nodes run, and of those the larger figure (the careful one).
+    - The ``quorum``-th largest of the nodes' figures: the most that ``quorum`` nodes all saw. With fewer
+      than ``quorum`` nodes lying, it is no more than an honest node's figure, and a node that says less
+      lowers it only toward the formula's floor (``MARGIN``). Not the largest, which one node decides; not
+      the median, which counts less than half the nodes saw, where the estimate is a floor under what an
+      engine takes (with 2, the default, it is the smaller of two, and of more, the second-largest)."""
+    quorum = max(quorum, 1)
+    by_release: dict[str, dict[str, int]] = {}
+    since: dict[str, str] = {}
+    for s, figure in figures:
+        nodes = by_release.setdefault(s.release, {})
+        nodes[s.node] = max(figure, nodes.get(s.node, 0))
+        if s.since:
+            since[s.release] = min(since.get(s.release, s.since), s.since)
+    best: Agreed | None = None
+    for release, nodes in by_release.items():
+        if len(nodes) < quorum:
+            continue  # one node's word (or too few nodes'): the formula stands
+        figure = sorted(nodes.values(), reverse=True)[quorum - 1]
+        if best is None or (len(nodes), figure) > (best.nodes, best.bytes):
+            best = Agreed(figure, len(nodes), release, since.get(release, ""))
+    return best
 
 
 HostRoom = Callable[[float], tuple[int, float, bool]]
@@ -110,30 +169,42 @@ def with_observed(
     context: int,
     kv_of: Callable[[Option], int],
     host_room: HostRoom,
+    quorum: int = QUORUM,
 ) -> list[Option]:
-    """``ranked`` with each option of a kind ``seen`` has runs of counted ``observed`` (the module's rule);
-    the others as they were. ``kv_of``: the KV cache an option's card (or RAM) holds by the formula."""
+    """``ranked`` with each option of a kind whose runs ``quorum`` nodes agree on counted ``observed`` (the
+    module's rule); the others as they were. ``kv_of``: the KV cache an option's card (or RAM) holds by the
+    formula. An option whose cards (or whose nodes' RAM) would not hold the observed need stays as the
+    formula counted it, the observation said in its ``margin``: a plan never loses an option the formula
+    allows on what the engines were seen to hold."""
     out: list[Option] = []
     for o in ranked:
-        match = [s for s in seen if same_kind(o, s)]
-        figures = [(b, s) for s in match if (b := observed_bytes(s, context, kv_of(o))) is not None]
-        if not figures:
+        figures = [(s, b) for s in seen if same_kind(o, s) and (b := observed_bytes(s, context, kv_of(o))) is not None]
+        found = agreed(figures, quorum)
+        if found is None:
             out.append(o)
             continue
-        largest = max(b for b, _ in figures)
-        need = round(observed_need_gb(o.need_gb, largest), 4)
-        runs = sum(s.runs for _, s in figures)
-        since = min((s.since for _, s in figures if s.since), default="")
-        counted = replace(o, need_gb=need, estimate="observed", formula_gb=o.need_gb, runs=runs, since=since)
+        need = round(observed_need_gb(o.need_gb, found.bytes), 4)
+        counted = replace(
+            o, need_gb=need, estimate="observed", formula_gb=o.need_gb, runs=found.nodes, since=found.since
+        )
         if o.cpu:
             hosts, have, free = host_room(need)
             if not hosts:
+                out.append(_noted(o, found, need, "any node's share of RAM"))
                 continue
             counted = replace(counted, hosts=hosts, have_gb=have, free_now=free)
         elif need > o.have_gb:
-            continue  # the cards this option names do not hold what its engine was seen to take
+            out.append(_noted(o, found, need, f"the {o.have_gb:.1f} GiB its cards offer"))
+            continue
         out.append(counted)
     return out
+
+
+def _noted(o: Option, found: Agreed, need: float, room: str) -> Option:
+    """``o`` as the formula counted it, saying that its engines were seen to need more than ``room``."""
+    nodes = f"{found.nodes} node{'s' if found.nodes != 1 else ''}"
+    said = f"seen to need {need:.1f} GiB on {nodes}, past {room}: counted by the formula"
+    return replace(o, margin=f"{o.margin}; {said}" if o.margin else said)
 
 
 def kv_per_card(
@@ -167,6 +238,7 @@ def observe(
     nodes: Nodes,
     context: int,
     settings: Settings,
+    quorum: int = QUORUM,
 ) -> list[Option]:
     """``with_observed`` for a request's ranked options on ``nodes``, ranked again."""
     hosts = pool_view(nodes).hosts()
@@ -175,6 +247,6 @@ def observe(
         count, have = hosts.holding(need)
         return count, have, hosts.best_free >= need
 
-    out = with_observed(ranked, seen, context, kv_per_card(artifacts, shape, context, settings), room)
+    out = with_observed(ranked, seen, context, kv_per_card(artifacts, shape, context, settings), room, quorum)
     rank(out)
     return out

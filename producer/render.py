@@ -9,6 +9,7 @@ from typing import Any
 from planner import Estimate, Option
 from producer.client import as_of_state
 from producer.refusals import Recent, Refusal
+from worker import observed
 from worker.beats import Beat
 from worker.conflicts import ConflictRecord
 from worker.observed import Kind, Run
@@ -78,8 +79,11 @@ def off_line(model: str, kind: Kind, run: Run) -> str:
     """A model whose estimate was off: the run furthest from the formula, and where it ran."""
     where = f"{kind.gpus_per_node} × {kind.gpu_class}" if kind.gpu_class else "CPU"
     flagged = " (flagged: not planned with)" if run.flagged else ""
+    nodes, quorum = kind.agreeing(run), observed.quorum()
+    if not run.flagged and nodes < quorum:  # as this process reads MODELPLAN_OBSERVED_QUORUM
+        flagged = f" (unconfirmed: {nodes} node{'s' if nodes != 1 else ''} of the {quorum} a plan needs)"
     seen, formula = run.bytes / 2**30, run.formula_bytes / 2**30
-    release = f" {kind.version}" if kind.version else ""
+    release = f" {run.version}" if run.version else ""
     return (
         f"  {model}: {kind.artifact} on {where} ({kind.engine}{release}, context {kind.context}): "
         f"seen {seen:.1f} GiB, the formula {formula:.1f} (x{run.ratio:.2f}){flagged}"

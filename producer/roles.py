@@ -38,7 +38,7 @@ script of its own (``EVAL``, ``SCRIPT LOAD``) that could hold the server for eve
 WORKER_COMMANDS = (
     "ping", "info", "client|setname", "client|info", "multi", "exec", "discard", "watch", "unwatch",
     "get", "set", "mget", "del", "exists", "expire", "persist", "incr", "incrby", "type", "pttl", "time",
-    "hget", "hset", "hdel", "hgetall", "hmget", "hlen", "hexists", "hincrby", "hincrbyfloat",
+    "hget", "hset", "hdel", "hgetall", "hkeys", "hmget", "hlen", "hexists", "hincrby", "hincrbyfloat",
     "lpush", "rpush", "lpop", "lrange", "lrem", "llen", "lpos", "lmove", "blmove", "blpop",
     "sadd", "srem", "spop", "smembers", "scard", "sismember",
     "zadd", "zrem", "zcard", "zscore", "zrange", "zrevrange", "zrangebyscore", "zremrangebyscore",
@@ -46,7 +46,7 @@ WORKER_COMMANDS = (
     "xadd", "xlen", "xread", "xrevrange", "xrange", "xreadgroup", "xack", "xdel", "xpending", "xclaim",
     "xgroup|create", "xgroup|delconsumer", "xinfo|stream",
     "rename", "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "publish", "wait",
-    "scan", "hkeys", "strlen",
+    "scan", "strlen",
 )  # fmt: skip
 """What a worker sends, itself, through RQ, and inside the functions it calls (which Redis checks against
 the caller's rules too)."""

@@ -1,7 +1,8 @@
 """The loop closed with real processes: a job is placed on this machine as a CPU node; ``modelplan agent
 --engines run`` (a process of its own) starts a stand-in engine for it (a process holding a known amount
 of memory, answering its health check); what it holds reaches the workers in the heartbeat; the next job
-for the same model is planned ``observed``, with more memory than the formula gave. Release stops the
+for the same model is planned ``observed``, with more memory than the formula gave (a deployment of one
+node takes its word: ``MODELPLAN_OBSERVED_QUORUM=1``). Release stops the
 engine, and an agent killed and started again adopts the engine it left rather than starting a second."""
 
 from __future__ import annotations
@@ -105,8 +106,9 @@ def footprint_of(client: Client, hold: str) -> int:
 
 
 def test_an_engine_run_by_the_agent_is_measured_and_the_next_plan_uses_it(
-    client: Client, tmp_path: Path, agents: Agents
+    client: Client, tmp_path: Path, agents: Agents, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(observed.QUORUM_ENV, "1")  # the one node's word, as a deployment of one node takes it
     FOOTPRINTS.take()
     observed.forget()
     req = tiny_gguf()

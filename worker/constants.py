@@ -263,11 +263,24 @@ RESTARTS_TAKEN = 1000
 """Restart notices a waker takes at once (``restarts``): a rack's worth, each one RQ task; the rest wait for
 the next pass."""
 
-OBSERVED_RUNS_KEPT = 8
-"""Footprints kept per kind of replica of a model (``observed:{identity}``): the latest runs at the newest
-engine release; a plan takes the largest."""
+OBSERVED_NODES_KEPT = 8
+"""Nodes whose accepted runs are kept per kind of replica of a model (``observed:{identity}``), one run
+each (the node's peak at its latest engine release): the nodes written latest. A plan takes the figure a
+quorum of them agree on (``planner.observed``); eight nodes give it that and more, and a node that runs
+the kind again is written latest again."""
+OBSERVED_FLAGGED_KEPT = 4
+"""Nodes whose flagged runs are kept per kind, apart from the accepted ones (which they never push out),
+one run each: enough for ``modelplan status`` to show them; no plan reads them."""
+OBSERVED_RUNS_KEPT = OBSERVED_NODES_KEPT + OBSERVED_FLAGGED_KEPT
+"""The most runs one kind holds: one accepted run for each of ``OBSERVED_NODES_KEPT`` nodes and one flagged
+run for each of ``OBSERVED_FLAGGED_KEPT``."""
 OBSERVED_KINDS_KEPT = 32
-"""Kinds of replica kept per model (artifact, card class and width, context, settings): the latest."""
+"""Kinds of replica kept per model (artifact, card class and width, context, settings): those written
+latest. A model runs as a few kinds (a context or two, a card class or two); 32 keep them all."""
+OBSERVED_RECORD_BYTES = 256 << 10
+"""The most one stored record (``observed:{identity}``) may take, as JSON: 32 kinds of 12 runs of about
+250 bytes, with their settings, come to about 110 KiB. A record past it is written without the kinds
+written longest ago, and one read past it is dropped (said in one line): a plan reads it every 10 s."""
 OBSERVED_MODELS_KEPT = 10_000
 """Models with observations kept (``observed``): past it, those written longest ago are dropped."""
 OBSERVED_TTL_S = 30 * 86_400

@@ -4,11 +4,14 @@ job's stream see it. The replica keeps its cards: what to do about an engine tha
 release the job) is its owner's decision, not the planner's.
 
 An agent speaks only for the holds on its own node: a hold that ``held:{node}`` does not hold is ignored and
-counted with the footprints refused (``observations_refused``), as a footprint for it would be."""
+counted with the footprints refused (``observations_refused``), as a footprint for it would be. Those are
+said by node, once a sweep: one line for each node with how many and a few of them (``EXAMPLES``), for the
+first ``NODES_LOGGED`` nodes, and one line for the rest; an agent listing thousands of made-up holds in
+every heartbeat writes no more than that."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from worker import logs, metrics
 from worker.ids import job_of_hold
@@ -24,6 +27,12 @@ log = logs.get_logger("modelplan.worker")
 SEEN_KEPT = 100_000
 """How many (node, hold, why) a worker remembers having written, so that the same heartbeat again writes
 nothing; past it, forgotten (a record that says so already is not written again either)."""
+
+EXAMPLES = 3
+"""The hold ids a refusal's line names, of those its node listed."""
+
+NODES_LOGGED = 20
+"""The nodes a sweep says its refusals for, one line each; the rest are one line together."""
 
 
 def reason_of(node_id: str, replica: int, why: str) -> str:
@@ -42,14 +51,42 @@ def note(store: MirroredStore, records: Mapping[str, NodeRecord], seen: set[tupl
             pipe.hexists(store.keys.held(node_id), hold_id)
         on_node = pipe.execute()
     written = 0
+    refused: dict[str, list[str]] = {}
     for (node_id, hold_id, why), held in zip(todo, on_node, strict=True):
         seen.add((node_id, hold_id, why))
         if not held:
-            metrics.count("observations_refused")
-            log.warning("engine_ended_refused", node_id=node_id, hold_id=hold_id, why="not a hold on that node")
+            refused.setdefault(node_id, []).append(hold_id)
             continue
         written += _write(store, node_id, hold_id, why)
+    say_refused(refused)
     return written
+
+
+def say_refused(refused: Mapping[str, Sequence[str]]) -> None:
+    """Count the ends ``refused`` (hold ids by node) and log them: a line for each node, the nodes with the
+    most first, up to ``NODES_LOGGED``, and one for the rest."""
+    if not refused:
+        return
+    metrics.count("observations_refused", sum(len(h) for h in refused.values()))
+    nodes = sorted(refused, key=lambda n: (-len(refused[n]), n))
+    for node_id in nodes[:NODES_LOGGED]:
+        holds = refused[node_id]
+        log.warning(
+            "engine_ended_refused",
+            node_id=node_id,
+            refused=len(holds),
+            holds=list(holds[:EXAMPLES]),
+            why="not holds on that node",
+        )
+    rest = nodes[NODES_LOGGED:]
+    if rest:
+        log.warning(
+            "engine_ended_refused_elsewhere",
+            nodes=len(rest),
+            refused=sum(len(refused[n]) for n in rest),
+            node_ids=rest[:EXAMPLES],
+            why="not holds on those nodes",
+        )
 
 
 def _write(store: MirroredStore, node_id: str, hold_id: str, why: str) -> int:

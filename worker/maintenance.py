@@ -1,8 +1,8 @@
 """The periodic sweep: what no event announces. A worker whose lease ran out, a node that went silent, a
 job queued but never picked up, finished jobs past their time, wake-up keys of the wrong type, the
-safety-net re-plan of every waiting job, holds no job owns (``orphans``), quarantine entries whose
-record is fixed, and the engines' footprints the node records carry (``observations``). One worker at
-a time sweeps (a short lock), however many run.
+safety-net re-plan of every waiting job, holds no job owns (``orphans``), replicas whose holds are gone
+(``unheld``), quarantine entries whose record is fixed, and the engines' footprints the node records carry
+(``observations``). One worker at a time sweeps (a short lock), however many run.
 
 Each step stands alone: one that fails (a command the login may not run, a key of the wrong type, a bug)
 is logged once for as long as it keeps failing the same way, and the steps after it run all the same.
@@ -15,7 +15,7 @@ from datetime import datetime
 
 import redis
 
-from worker import conflicts, ended, logs, moves, observations, orphans, planning, quarantine, retry
+from worker import conflicts, ended, logs, moves, observations, orphans, planning, quarantine, retry, unheld
 from worker import constants as C
 from worker.errors import BadRecord
 from worker.ids import planning_job_id
@@ -35,6 +35,7 @@ class SweepState:
     def __init__(self) -> None:
         self.failing: dict[str, str] = {}
         self.orphans = orphans.Seen()
+        self.unheld = unheld.Round()
         self.footprints = observations.Taken()
         self.ended: set[tuple[str, str, str]] = set()
 
@@ -181,6 +182,10 @@ def _holds(store: MirroredStore, now: int, force: bool, state: SweepState) -> in
     return orphans.reclaim(store, state.orphans)
 
 
+def _unheld(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
+    return unheld.repair(store, state.unheld)
+
+
 def _footprints(store: MirroredStore, now: int, force: bool, state: SweepState) -> int:
     """What the engines were measured to hold, from the node records' footprints (``worker.observations``),
     and the engines that ended, into their jobs' records (``worker.ended``)."""
@@ -205,6 +210,7 @@ STEPS: dict[str, Step] = {
     "wake_keys_repaired": _wake_keys,
     "waiting_sweep": _waiting,
     "holds_reclaimed": _holds,
+    "replicas_unheld": _unheld,
     "quarantine_cleared": _quarantine,
     "footprints_observed": _footprints,
 }

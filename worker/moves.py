@@ -44,18 +44,31 @@ def lose_node(store: MirroredStore, job_id: str, node_id: str, reason: str, boot
     """The replicas of ``job_id`` on ``node_id`` (placed before ``boot_id``, if given) lost their node: they
     are planned again at once, in the same step that frees what they held; its other replicas run on."""
 
-    def attempt() -> bool | Again:
-        rec = readable_job(store, job_id)
-        if rec is None or rec.state.final or rec.state in (JobState.QUEUED, JobState.PLANNING):
-            return False
+    def on_node(rec: JobRecord) -> set[int]:
         held = store.held_on(node_id)
-        lost = {
+        return {
             r.index
             for r in rec.replicas
             for p in r.placement
             if p.node_id == node_id
             and (boot_id is None or held.get(p.hold_id) is None or held[p.hold_id].boot_id != boot_id)
         }
+
+    return lose_replicas(store, job_id, reason, on_node, node_id=node_id)
+
+
+def lose_replicas(
+    store: MirroredStore, job_id: str, reason: str, lost_of: Callable[[JobRecord], set[int]], **said: str
+) -> bool:
+    """The replicas of ``job_id`` that ``lost_of`` names (by index, given its record as read, before it
+    reads anything else) are planned again at once, in the same step that frees what they held; its other
+    replicas run on. ``said``: more fields for the log line."""
+
+    def attempt() -> bool | Again:
+        rec = readable_job(store, job_id)
+        if rec is None or rec.state.final or rec.state in (JobState.QUEUED, JobState.PLANNING):
+            return False
+        lost = lost_of(rec)
         if not lost:
             return False
         cls = class_of(rec)
@@ -74,12 +87,7 @@ def lose_node(store: MirroredStore, job_id: str, node_id: str, reason: str, boot
         code, _ = commit(store, rec, replace(change, new=new, clear=(*lost_holds, *change.clear)), snap)
         if code is Reply.OK:
             log.info(
-                "replicas_lost_node",
-                job_id=job_id,
-                node_id=node_id,
-                replicas=sorted(lost),
-                reason=reason,
-                state=new.state.value,
+                "replicas_lost_node", job_id=job_id, replicas=sorted(lost), reason=reason, state=new.state.value, **said
             )
             return True
         return False if code is Reply.GONE else AGAIN

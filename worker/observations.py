@@ -15,15 +15,19 @@ script): the node records with footprints this process's mirrors read as they ch
   flagged (``observations_flagged``): it shows in ``modelplan status`` and the ratio metric, and no plan
   is counted from it.
 - Kept: per model (its identity: the request's files, by name and size), per kind of replica (artifact,
-  engine, card class and width, nodes, context, settings), the last ``OBSERVED_RUNS_KEPT`` runs at the
-  newest engine release seen: a newer release drops the runs of the older, a run of an older one is not
-  kept. The same hold's footprint again adds nothing; a larger one (a new peak) replaces its run's figures.
+  engine, card class and width, nodes, context, settings), one run per node: the node's peak at the
+  release it last reported (``added``). A node's runs never touch another node's: a node can fill one
+  slot of ``OBSERVED_NODES_KEPT``, and a release it names (a made-up ``999.0`` too) drops none of the
+  others' runs, as releases are never ordered: each run keeps its own, and a plan compares runs of one
+  release only (``planner.observed.agreed``). Flagged runs are kept apart (``OBSERVED_FLAGGED_KEPT``
+  nodes), and never push out an accepted run. A record stays within ``OBSERVED_RECORD_BYTES``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from datetime import timedelta
 
 import redis
 
@@ -37,7 +41,7 @@ from worker.config import settings
 from worker.footprints import Footprint
 from worker.ids import job_of_hold
 from worker.keys import CPU_CLASS
-from worker.observed import Kind, Observed, Run, identity, parsed, release, remember
+from worker.observed import Kind, Observed, Run, identity, parsed, remember
 from worker.pool import Held
 from worker.records import JobRecord, utcnow
 from worker.reports import NodeRecord
@@ -132,7 +136,6 @@ def _one(
         nodes=option.nodes,
         context=req.context,
         settings=option.settings,
-        version=fp.version,
     )
     comparable = observed_bytes(kind.seen(figure, fp.kv_bytes), req.context, kv_now) or figure
     ratio = round(comparable / max(formula_gb * GIB, 1.0), 4)
@@ -142,6 +145,8 @@ def _one(
         log.warning("footprint_flagged", node=node_id, hold=hold_id, ratio=ratio, model=req.model)
     run = Run(
         hold_id=hold_id,
+        node=node_id,
+        version=fp.version,
         at=utcnow(),
         bytes=figure,
         kv_bytes=fp.kv_bytes,
@@ -184,9 +189,9 @@ def _option_of(job: JobRecord | None, node_id: str, hold_id: str) -> Option | No
 
 
 def keep(store: Store, ident: str, model: str, kind: Kind, run: Run) -> bool:
-    """Add ``run`` to ``kind``'s runs in ``observed:{ident}``; False when it adds nothing (the same hold's
-    figures again, or a run of an older release than those kept). Written only over what it read (a
-    sweep that overran its lock may meet another): read again and retried when the key changed between."""
+    """Add ``run`` to ``kind``'s runs in ``observed:{ident}``; False when it adds nothing (the node's figure
+    at that release no higher than it had). Written only over what it read (a sweep that overran its lock
+    may meet another): read again and retried when the key changed between."""
     k, r = store.keys, store.redis
     key = k.observed(ident)
     for _ in range(C.PLAN_ATTEMPTS):
@@ -210,24 +215,46 @@ def keep(store: Store, ident: str, model: str, kind: Kind, run: Run) -> bool:
 
 
 def added(old: Observed | None, model: str, kind: Kind, run: Run) -> Observed | None:
-    """``old`` with ``run`` of ``kind`` added; None when that adds nothing."""
+    """``old`` with ``run`` of ``kind`` added; None when that adds nothing.
+
+    The run goes to its node's slot in the kind: ``runs`` for an accepted one, ``flagged`` for a flagged
+    one, so that neither pushes the other out. A node's slot keeps its peak at the release it reported
+    last: a figure of the same release no higher adds nothing, a higher one replaces it, one of another
+    release replaces it (that node's engine changed; no other node's did). No other node's slot is touched
+    but to drop runs past ``OBSERVED_TTL_S``; past ``OBSERVED_NODES_KEPT`` (``OBSERVED_FLAGGED_KEPT``)
+    nodes, the slot written longest ago goes. The kind written goes last; past ``OBSERVED_KINDS_KEPT``
+    kinds, or ``OBSERVED_RECORD_BYTES`` of JSON, the kinds written longest ago go."""
     kinds = list(old.kinds) if old is not None else []
     at = next((i for i, x in enumerate(kinds) if x.where == kind.where), None)
-    if at is None:
-        kinds.append(kind.model_copy(update={"runs": (run,)}))
+    had = kinds.pop(at) if at is not None else kind.model_copy(update={"runs": (), "flagged": ()})
+    if run.flagged:
+        flagged = _slotted(had.flagged, run, C.OBSERVED_FLAGGED_KEPT)
+        if flagged is None:
+            return None
+        kinds.append(had.model_copy(update={"flagged": flagged}))
     else:
-        had = kinds[at]
-        if release(kind.version) < release(had.version):
-            return None  # an older release than the runs kept
-        runs = had.runs if release(kind.version) == release(had.version) else ()
-        same = next((x for x in runs if x.hold_id == run.hold_id), None)
-        if same is not None:
-            if run.bytes <= same.bytes:
-                return None
-            run = run.model_copy(update={"at": same.at})
-            runs = tuple(x for x in runs if x.hold_id != run.hold_id)
-        kinds[at] = kind.model_copy(update={"runs": (*runs, run)[-C.OBSERVED_RUNS_KEPT :]})
-    return Observed(model=model, kinds=tuple(kinds[-C.OBSERVED_KINDS_KEPT :]))
+        runs = _slotted(had.runs, run, C.OBSERVED_NODES_KEPT)
+        if runs is None:
+            return None
+        kinds.append(had.model_copy(update={"runs": runs}))
+    new = Observed(model=model, kinds=tuple(kinds[-C.OBSERVED_KINDS_KEPT :]))
+    while len(new.kinds) > 1 and len(new.model_dump_json()) > C.OBSERVED_RECORD_BYTES:
+        new = new.model_copy(update={"kinds": new.kinds[1:]})
+    if len(new.model_dump_json()) > C.OBSERVED_RECORD_BYTES:
+        log.warning("observed_too_large", model=model, kind=str(kind.where)[:200])
+        return None
+    return new
+
+
+def _slotted(slots: tuple[Run, ...], run: Run, nodes: int) -> tuple[Run, ...] | None:
+    """``slots`` (one run per node, the latest written last) with ``run`` in its node's; None when the node's
+    run at that release is as high already (and not past ``OBSERVED_TTL_S``: then any figure renews it)."""
+    oldest = run.at - timedelta(seconds=C.OBSERVED_TTL_S)
+    mine = next((x for x in slots if x.node == run.node), None)
+    if mine is not None and mine.at >= oldest and mine.version == run.version and run.bytes <= mine.bytes:
+        return None
+    others = tuple(x for x in slots if x.node != run.node and x.at >= oldest)
+    return (*others, run)[-nodes:]
 
 
 def _trim(store: Store) -> None:

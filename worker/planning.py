@@ -133,6 +133,7 @@ def plan_for(rec: JobRecord, snap: Snapshot, wanted: int | None = None, seen: Se
         estimate=req.estimate or estimate(),
         settings=merged(req.settings or NO_SETTINGS, settings()),
         seen=seen,
+        quorum=observed.quorum(),
     )
 
 

@@ -29,7 +29,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.utils import now as rq_now
 
-from worker import alive, commands, intake, jobs, logs, metrics, requests, retry
+from worker import alive, commands, intake, jobs, logs, metrics, observed, requests, retry
 from worker import constants as C
 from worker.config import client_replicas, connect, estimate, max_replicas, redact
 from worker.errors import RedisUnavailable, Refused
@@ -302,6 +302,7 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
         estimate=estimate(),  # a bad MODELPLAN_ESTIMATE stops the worker here, not at its first plan
         max_replicas=max_replicas(),  # and so do bad quotas
         client_replicas=client_replicas(),
+        observed_quorum=observed.quorum(),  # and a bad MODELPLAN_OBSERVED_QUORUM
         queue=store.queue.key,
         requests=keys.requests,
         rq_bookkeeping=f"{RQ_KEY_PREFIX}:*",

@@ -28,7 +28,8 @@ run (`tests/reliability/invariants.py`):
   without its job, no job without its hold;
 - every job in exactly one state, its record and its state index agreeing;
 - every waiting replica records why: its best option and the nodes that lack the room;
-- no placed replica left on a node silent past the grace (the sweep runs every 2 s);
+- no placed replica left on a node dropped from the pool; one silent but not yet handed off is let go
+  by the workers' own sweeps (each load run waits for that before its workers stop);
 - every acknowledged submit has its record;
 - the counts heartbeats read to wake anyone (`pending:classes`) are the pending jobs' classes counted;
 - at a quiet point at the end of each load run (no heartbeat or job change for a second), no waiting job

@@ -82,7 +82,11 @@ class Cluster:
 
     def server_args(self, name: str) -> list[str]:
         args = ["--port", str(self.ports[name]), "--bind", "127.0.0.1", "--dir", str(self.folder / name)]
-        return [*args, "--save", "", "--appendonly", "no", "--enable-debug-command", "local"]
+        # a replica that (re)connects is sent the data set at once, not after the default 5 s that a
+        # diskless sync waits for more replicas to come: the first sync and the old master's, back as a
+        # replica, which the submits under WAIT 1 wait for
+        extra = ["--repl-diskless-sync-delay", "0"]
+        return [*args, "--save", "", "--appendonly", "no", "--enable-debug-command", "local", *extra]
 
     def start_server(self, name: str, *extra: str) -> None:
         (self.folder / name).mkdir(exist_ok=True)

@@ -32,11 +32,22 @@ RUNS = (
     if not SOAK
     else [(2, 1500, 60.0), (4, 2000, 90.0), (8, 3000, 120.0)]
 )
-"""(worker processes, jobs, seconds of churn) for each run."""
-NODE_TTL_MS = 1500
+"""(worker processes, jobs, seconds of churn) for each run: one job a step, and steps for at least the
+seconds and until every job is submitted."""
+STEP_S = 0.02
+"""The pause after each churn step. The steps, and with them the jobs, heartbeats, releases and nodes
+leaving, returning and restarting, are the seed's whatever the pause; it sets how many steps a heartbeat's
+life spans (``NODE_TTL_MS``)."""
+NODE_TTL_MS = 700
+"""The heartbeats' TTL while the churn runs: short, so that nodes that leave lapse within the run, some
+twenty-odd steps after their last heartbeat."""
+END_TTL_MS = 120_000
+"""The heartbeats' TTL from the end of the churn: the nodes still present outlive the quiet point and the
+workers' stopping, however long those take."""
 QUIET_S = 1.0
 """How long nothing changes before the idle-card check: shorter than a node's lifetime here."""
-"""The heartbeats' TTL in these runs: short, so that nodes that leave lapse within the run."""
+LIMIT_S = 60.0
+"""How long the run waits for the jobs to settle and the silent nodes to be let go before it gives up."""
 
 
 @dataclass
@@ -159,7 +170,7 @@ def test_invariants_hold_under_load(
     try:
         watcher.start()
         deadline = started + seconds
-        per_step = max(1, jobs // int(seconds / 0.05))
+        per_step = max(1, jobs // int(seconds / STEP_S))
         while time.monotonic() < deadline or len(submitted) < jobs:
             for _ in range(min(per_step, jobs - len(submitted))):
                 job_id = client.submit(rnd.choice(kinds))
@@ -177,21 +188,30 @@ def test_invariants_hold_under_load(
                         cancelled += 1
                 except WrongState:
                     pass
-            time.sleep(0.05)
-        # the churn ends: every node that is still present reports all its cards free
+            time.sleep(STEP_S)
+        churned = time.monotonic() - started
+        # the churn ends: every node that is still present reports all its cards free, for good
+        monkeypatch.setattr(C, "NODE_TTL_MS", END_TTL_MS)
         for n in cluster.present:
             cluster.nodes[n]["outside"] = 0
             cluster.beat(n)
+        absent = sorted(set(cluster.nodes) - cluster.present)
 
         def settled() -> bool:
             c = client.counts()
             return c["queued"] == 0 and c["planning"] == 0 and len(client.store.queue) == 0
 
-        limit = time.monotonic() + 60
-        while not settled():
-            assert time.monotonic() < limit, f"not settled: {client.counts()}"
-            for n in cluster.present:
-                cluster.beat(n)
+        def let_go() -> bool:
+            """Every node that left has lapsed, and the workers' own sweeps handed each off: none of them
+            carries a placed replica."""
+            lapsed = not any(client.redis.exists(client.keys.node(n)) for n in absent)
+            return lapsed and not checker.silent_holding(cluster.nodes)
+
+        limit = time.monotonic() + LIMIT_S
+        while not (settled() and let_go()):
+            assert time.monotonic() < limit, (
+                f"not settled: {client.counts()}; silent nodes holding: {checker.silent_holding(cluster.nodes)}"
+            )
             time.sleep(0.1)
         # a quiet point, inside the nodes' lifetime and well before the 30 s sweep: no card idles while a
         # job that it serves as well waits
@@ -215,6 +235,7 @@ def test_invariants_hold_under_load(
         workers=workers,
         jobs=len(submitted),
         seconds=round(time.monotonic() - started, 1),
+        churn_s=round(churned, 1),
         seed=seed,
         samples=checker.samples,
         violations=len(checker.violations),
@@ -223,6 +244,8 @@ def test_invariants_hold_under_load(
         node_leaves=cluster.leaves,
         node_joins=cluster.joins,
         node_restarts=cluster.restarts,
+        node_lapses=checker.lapses,
+        silent_holding_s_max=round(checker.silent_holding_s, 1),
         states={s: n for s, n in counts.items() if n},
         idle_while_waiting=len(idle),
         **({"first_violations": sorted(set(checker.violations))[:8]} if checker.violations else {}),
