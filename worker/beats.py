@@ -132,10 +132,13 @@ class Heartbeats:
                 for j in range(1, len(reply), 3)
             ]
         changed = [node_id for (node_id, _), b in zip(beats, out, strict=True) if b.changed]
+        guess = self.inline_intake is None
         if changed and self.takes_in():
             try:
                 wake = self.intake(changed)
-            except redis.exceptions.NoPermissionError:
+            except redis.ResponseError:
+                if not guess:
+                    raise
                 self.inline_intake = False  # a login without a worker's rights: the workers take it in
                 return out
             self.inline_intake = True

@@ -43,22 +43,27 @@ if not max_bytes or not refused_max or #KEYS ~= SHARED + 3 * (#ARGV - FIRST + 1)
 end
 
 -- the shared keys hold their own type, or none: one that does not is rebuilt by what comes next (each is a
--- hint, an index or a count of the workers'), deleted here before anything else is written
+-- hint, an index or a count of the workers'), deleted before anything is written to it. The wake-up keys
+-- are looked at only when a pass is to be signalled (and then stand for a full pass, as signal_pass.lua
+-- takes them), so that the sweep's own check of them is left its work.
 local repaired = 0
-local spec = {KEYS[1], 'zset', KEYS[2], 'string', KEYS[3], 'list', KEYS[4], 'set', KEYS[5], 'stream',
-              KEYS[6], 'hash', KEYS[7], 'zset', KEYS[8], 'hash', KEYS[9], 'set', KEYS[10], 'hash'}
-for i = 1, #spec, 2 do
-  local found = redis.call('TYPE', spec[i])
-  if type(found) == 'table' then
-    found = found['ok']
-  end
-  if found ~= 'none' and found ~= spec[i + 1] then
-    redis.call('DEL', spec[i])
-    redis.log(redis.LOG_WARNING, 'modelplan: ' .. spec[i] .. ' held another type; deleted')
-    repaired = repaired + 1
+local spec = {KEYS[1], 'zset', KEYS[5], 'stream', KEYS[7], 'zset', KEYS[8], 'hash', KEYS[9], 'set',
+              KEYS[10], 'hash'}
+local function put_right(spec)
+  for i = 1, #spec, 2 do
+    local found = redis.call('TYPE', spec[i])
+    if type(found) == 'table' then
+      found = found['ok']
+    end
+    if found ~= 'none' and found ~= spec[i + 1] then
+      redis.call('DEL', spec[i])
+      redis.log(redis.LOG_WARNING, 'modelplan: ' .. spec[i] .. ' held another type; deleted')
+      repaired = repaired + 1
+    end
   end
 end
-repaired = repaired + repair_epoch(KEYS[2]) + repair_stream(KEYS[5])
+put_right(spec)
+repaired = repaired + repair_stream(KEYS[5])
 
 local now = redis.call('TIME')
 local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
@@ -213,6 +218,12 @@ end
 
 local wake = 0
 if next(freed) then
+  local before = repaired
+  put_right({KEYS[2], 'string', KEYS[3], 'list', KEYS[4], 'set', KEYS[6], 'hash'})
+  repaired = repaired + repair_epoch(KEYS[2])
+  if repaired > before then
+    freed['*'] = true -- a wake-up key put right stands for every class freed
+  end
   redis.call('INCR', KEYS[2])
   local classes = {}
   -- each class on its own, so that a batch wakes for what its nodes one at a time would

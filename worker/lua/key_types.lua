@@ -53,13 +53,13 @@ local function repair_stream(stream_key)
   if type_of(stream_key) ~= 'stream' then
     return 0
   end
-  -- the last entry's id: none at all (emptied, its last id unknown here) is made anew as well
+  -- the last entry's id (an emptied stream keeps its last id, unseen here: left as it is)
   local last = redis.call('XREVRANGE', stream_key, '+', '-', 'COUNT', 1)
   local at = last[1] and tonumber(string.match(last[1][1], '^(%d+)')) or nil
   -- more than a day ahead of the server's clock: no writer of modelplan's put it there
-  if not at or at > server_ms() + 86400000 then
+  if at and at > server_ms() + 86400000 then
     redis.call('DEL', stream_key)
-    redis.log(redis.LOG_WARNING, 'modelplan: ' .. stream_key .. ' was empty or had ids past any time; made anew')
+    redis.log(redis.LOG_WARNING, 'modelplan: ' .. stream_key .. ' had ids past any time; made anew')
     return 1
   end
   return 0
