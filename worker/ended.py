@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from worker import logs, metrics
+from worker import logs
 from worker.ids import job_of_hold
 from worker.mirrored import MirroredStore
 from worker.operations import AGAIN, Again, with_retries
 from worker.planning import readable_job
 from worker.records import JobState, utcnow
+from worker.refused import say_per_node
 from worker.replies import Reply
 from worker.reports import NodeRecord
 
@@ -27,12 +28,6 @@ log = logs.get_logger("modelplan.worker")
 SEEN_KEPT = 100_000
 """How many (node, hold, why) a worker remembers having written, so that the same heartbeat again writes
 nothing; past it, forgotten (a record that says so already is not written again either)."""
-
-EXAMPLES = 3
-"""The hold ids a refusal's line names, of those its node listed."""
-
-NODES_LOGGED = 20
-"""The nodes a sweep says its refusals for, one line each; the rest are one line together."""
 
 
 def reason_of(node_id: str, replica: int, why: str) -> str:
@@ -63,30 +58,9 @@ def note(store: MirroredStore, records: Mapping[str, NodeRecord], seen: set[tupl
 
 
 def say_refused(refused: Mapping[str, Sequence[str]]) -> None:
-    """Count the ends ``refused`` (hold ids by node) and log them: a line for each node, the nodes with the
-    most first, up to ``NODES_LOGGED``, and one for the rest."""
-    if not refused:
-        return
-    metrics.count("observations_refused", sum(len(h) for h in refused.values()))
-    nodes = sorted(refused, key=lambda n: (-len(refused[n]), n))
-    for node_id in nodes[:NODES_LOGGED]:
-        holds = refused[node_id]
-        log.warning(
-            "engine_ended_refused",
-            node_id=node_id,
-            refused=len(holds),
-            holds=list(holds[:EXAMPLES]),
-            why="not holds on that node",
-        )
-    rest = nodes[NODES_LOGGED:]
-    if rest:
-        log.warning(
-            "engine_ended_refused_elsewhere",
-            nodes=len(rest),
-            refused=sum(len(refused[n]) for n in rest),
-            node_ids=rest[:EXAMPLES],
-            why="not holds on those nodes",
-        )
+    """Count the ends ``refused`` (hold ids by node) and log them, one line a node (``worker.refused``)."""
+    why = "not holds on that node"
+    say_per_node("engine_ended_refused", {n: [(h, why) for h in holds] for n, holds in refused.items()})
 
 
 def _write(store: MirroredStore, node_id: str, hold_id: str, why: str) -> int:

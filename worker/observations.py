@@ -44,6 +44,7 @@ from worker.keys import CPU_CLASS
 from worker.observed import Kind, Observed, Run, identity, parsed, remember
 from worker.pool import Held
 from worker.records import JobRecord, utcnow
+from worker.refused import say_per_node
 from worker.reports import NodeRecord
 from worker.scripts import text
 from worker.store import Store
@@ -89,18 +90,18 @@ def ingest(store: Store, records: Mapping[str, NodeRecord], taken: Taken | None 
     if len(taken.seen) > C.OBSERVED_TAKEN_KEPT:
         taken.seen.clear()
     kept = 0
+    refused: dict[str, list[tuple[str, str]]] = {}
     for (node_id, hold_id, fp, record), raw in zip(todo, holds, strict=True):
         job = jobs[job_of_hold(hold_id)]
         held = Held.parse(raw) if raw is not None else None
-        kept += _one(store, record, node_id, hold_id, fp, held, job if isinstance(job, JobRecord) else None)
+        why = _one(store, record, node_id, hold_id, fp, held, job if isinstance(job, JobRecord) else None)
+        if isinstance(why, str):
+            refused.setdefault(node_id, []).append((hold_id, why))
+        else:
+            kept += why
         taken.seen[(node_id, hold_id)] = fp
+    say_per_node("footprint_refused", refused)
     return kept
-
-
-def _refuse(node_id: str, hold_id: str, why: str) -> int:
-    metrics.count("observations_refused")
-    log.warning("footprint_refused", node=node_id, hold=hold_id, why=why)
-    return 0
 
 
 def _one(
@@ -111,16 +112,17 @@ def _one(
     fp: Footprint,
     held: Held | None,
     job: JobRecord | None,
-) -> int:
+) -> int | str:
+    """How many runs the footprint kept (0 or 1), or why it is refused."""
     if held is None or held.unreadable:
-        return _refuse(node_id, hold_id, "an agent reports only for holds on its own node")
+        return "an agent reports only for holds on its own node"
     option = _option_of(job, node_id, hold_id)
     if job is None or option is None:
         return 0  # released meanwhile: nothing to take it for
     node = record.to_pool_node()
     why = judge(fp, option, held.gpus, node.gpu_mem_gb, node.host_mem_gb)
     if why:
-        return _refuse(node_id, hold_id, why)
+        return why
     figure = max(fp.card_bytes, default=0) if not option.cpu else max(fp.ram_bytes, fp.ram_peak_bytes)
     if not figure:
         return 0  # nothing measured yet

@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from producer import Client
 from tests.worker.helpers import hb
-from worker import ended, maintenance, metrics
+from worker import maintenance, metrics, refused
 from worker.reports import FOOTPRINTS, MAX_STARTED
 
 SEQ = count(1)
@@ -50,7 +50,7 @@ def test_thousands_of_made_up_ends_are_one_line_a_sweep(client: Client) -> None:
     assert len(lines) == 3, [e["event"] for e in logged]
     for line in lines:
         assert (line["event"], line["node_id"], line["refused"]) == ("engine_ended_refused", "g1", MAX_STARTED)
-        assert len(line["holds"]) == ended.EXAMPLES and set(line["holds"]) <= set(holds)
+        assert len(line["holds"]) == refused.EXAMPLES and set(line["holds"]) <= set(holds)
         assert len(json.dumps(line)) < 1000
     assert metrics._pending["observations_refused"] == 3 * MAX_STARTED  # each is still counted
 
@@ -67,7 +67,7 @@ def test_the_same_ends_again_are_not_said_again(client: Client) -> None:
 
 
 def test_the_lines_of_one_sweep_are_bounded_however_many_nodes_make_up_ends(client: Client) -> None:
-    nodes = [f"n{i:03}" for i in range(ended.NODES_LOGGED * 3)]
+    nodes = [f"n{i:03}" for i in range(refused.NODES_LOGGED * 3)]
     client.heartbeats([made_up(n, (f"{n}-fake:0:1", f"{n}-fake:1:1"), "killed") for n in nodes])
     client.store.snapshot()
     with capture_logs() as logged:
@@ -75,7 +75,28 @@ def test_the_lines_of_one_sweep_are_bounded_however_many_nodes_make_up_ends(clie
     lines = refusals(logged)
     by_node = [e for e in lines if e["event"] == "engine_ended_refused"]
     [rest] = [e for e in lines if e["event"] == "engine_ended_refused_elsewhere"]
-    assert len(by_node) == ended.NODES_LOGGED and len(lines) == ended.NODES_LOGGED + 1
+    assert len(by_node) == refused.NODES_LOGGED and len(lines) == refused.NODES_LOGGED + 1
     assert all(e["refused"] == 2 for e in by_node)
-    assert (rest["nodes"], rest["refused"]) == (len(nodes) - ended.NODES_LOGGED, 2 * (len(nodes) - ended.NODES_LOGGED))
+    assert (rest["nodes"], rest["refused"]) == (
+        len(nodes) - refused.NODES_LOGGED,
+        2 * (len(nodes) - refused.NODES_LOGGED),
+    )
     assert metrics._pending["observations_refused"] == 2 * len(nodes)
+
+
+def test_thousands_of_made_up_footprints_are_one_line_a_sweep(client: Client) -> None:
+    """Footprints for holds not on the node, with figures that change every heartbeat (so none is a repeat
+    the sweep skips): one line a sweep for the node, every one counted."""
+    holds = tuple(f"made-up-{i}:0:1" for i in range(MAX_STARTED))
+    state = maintenance.SweepState()
+    with capture_logs() as logged:
+        for sweep in range(3):
+            fp = {"engine": "vllm", "source": "nvml", "card_bytes": [2**30 + sweep]}
+            beat = hb("g1", gpus=1, free=0, seq=next(SEQ), started=holds) | {"footprints": dict.fromkeys(holds, fp)}
+            client.heartbeat(beat)
+            client.store.snapshot()
+            maintenance.sweep(client.store, force=True, state=state)
+    lines = [e for e in logged if str(e["event"]).startswith("footprint_refused")]
+    assert [(e["event"], e["node_id"], e["refused"]) for e in lines] == [("footprint_refused", "g1", MAX_STARTED)] * 3
+    assert all(len(e["holds"]) == refused.EXAMPLES and len(json.dumps(e)) < 1000 for e in lines)
+    assert metrics._pending["observations_refused"] == 3 * MAX_STARTED
