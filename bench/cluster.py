@@ -221,6 +221,7 @@ def relay(
     ms), and how far behind its schedule it fell at most (s)."""
     configure_logging("WARNING", sys.stderr)
     client = Client(redis.Redis.from_url(url), PLAN_PREFIX)
+    client.store.inline_intake = False  # as a relay's login: the workers' intake takes its changes in
     agents = Agents(beats)
     rng = random.Random(seed)
     ticks = round(C.HEARTBEAT_INTERVAL_S / TICK_S)

@@ -168,6 +168,7 @@ def wake_latency(url: str, sizes: Sizes) -> None:
     beats = [{**b, "free_gpus": 0} if b["gpu_class"] == "h200-141g" else b for b in pool(sizes.pool, busy=False)]
     load_pool(client.store, beats)
     node = next(b for b in beats if b["gpu_class"] == "h200-141g")
+    client.store.inline_intake = False  # as a node agent's login: the workers' intake takes it in
     seq = 10
     times: list[float] = []
     ws = Workers(url, PLAN_PREFIX, WAKE_WORKERS, burst=False)

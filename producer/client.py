@@ -266,8 +266,8 @@ class Client:
 
     def _put(self, beats: Sequence[Stored]) -> list[Beat]:
         def put() -> list[Beat]:
-            # a node back with a new boot while holding reservations is left in restarts by the heartbeat
-            # function itself, with a wake-up signal: a worker's waker has it checked, whoever sent it
+            # a node back with a new boot while holding reservations is put in restarts, with a wake-up
+            # signal, by the workers' intake: a worker's waker has it checked, whoever sent it
             replies = self.store.beat_stored([(node_id, raw) for node_id, _, raw in beats])
             return [reply.beat for reply in replies]
 
@@ -277,7 +277,12 @@ class Client:
         """The seq of the node's stored heartbeat when it is of ``boot_id``: what a heartbeat of that boot
         must rise above to be stored. None when none of that boot is stored."""
         rec = self._call(lambda: self.store.node_record(node_id))
-        return rec.seq if rec is not None and rec.boot_id == boot_id else None
+        if rec is None or rec.boot_id != boot_id:
+            return None
+        # a refresh keeps its seq beside the record (``beat:{id}``), which it leaves as it was
+        refreshed = self._call(lambda: self.store.redis.hget(self.keys.beat(node_id), "seq"))
+        seq = refreshed.decode() if isinstance(refreshed, bytes) else str(refreshed or "")
+        return max(rec.seq, int(seq)) if seq.isdigit() else rec.seq
 
     def conflicts(self) -> list[ConflictRecord]:
         """The node ids two agents publish under now, by id: each out of the pool until one is left."""

@@ -15,18 +15,34 @@ import redis
 from planner.errors import InvalidInput
 from producer import roles
 from worker import config
-from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL
+from worker.constants import DEFAULT_PREFIX, DEFAULT_REDIS_URL, NOTIFY_FLAGS
 from worker.keys import Keys
 from worker.login import PASSWORD_FILE_ENV, as_user, read_password
 from worker.scripts import LIBRARY_PREFIX, load_library
 from worker.scripts import text as as_text
 
 
+def notify_flags(current: str) -> str:
+    """``notify-keyspace-events`` with the flags the workers' intake needs (``NOTIFY_FLAGS``) added to
+    ``current``, whose flags are all kept (``A`` stands for every event class, ``$`` and ``x`` among them)."""
+    have = set(current)
+    missing = [f for f in NOTIFY_FLAGS if f not in have and not (f in "$x" and "A" in have)]
+    return current + "".join(missing)
+
+
 def setup_redis(r: redis.Redis, keys: Keys, *, prune: bool = False) -> dict[str, Any]:
-    """Load this version's functions library; move an older version's index of nodes with holds to its
-    current key; with ``prune``, delete every other version's library. What was done."""
+    """Load this version's functions library; turn on the keyspace notifications the workers' intake needs
+    (keeping every flag already set); move an older version's index of nodes with holds to its current
+    key; with ``prune``, delete every other version's library. What was done."""
     name = load_library(r)
     done: dict[str, Any] = {"library": name, "pruned": []}
+    current = as_text(r.config_get("notify-keyspace-events").get("notify-keyspace-events", ""))
+    wanted = notify_flags(current)
+    if wanted != current:
+        r.config_set("notify-keyspace-events", wanted)
+    done["notify_keyspace_events"] = as_text(
+        r.config_get("notify-keyspace-events").get("notify-keyspace-events", wanted)
+    )
     old = f"{keys.prefix}:held:nodes"
     # an older version kept the index of nodes with holds there, where a node named nodes kept its holds
     if as_text(r.type(old)) == "set":
@@ -105,6 +121,7 @@ def cmd_setup_redis(args: argparse.Namespace) -> int:
     client = _client(args)
     done = client._call(lambda: setup_redis(client.redis, client.keys, prune=args.prune))
     print(f"functions library {done['library']} loaded", file=sys.stderr)
+    print(f"notify-keyspace-events is {done['notify_keyspace_events']!r}", file=sys.stderr)
     for line in [done.get("moved")] + [f"deleted {lib}" for lib in done["pruned"]]:
         if line:
             print(line, file=sys.stderr)

@@ -4,18 +4,20 @@
 role       what its login may do
 =========  =====================================================================================
 operator   load modelplan's functions, set ACL users, register clients; every key of the prefix
-worker     every key of the prefix (and RQ's), FCALL of modelplan's functions; no EVAL, no SCRIPT
-agent      one node: its record, its boots and conflict, read its holds and the job records; the
-           shared hints a heartbeat writes (``nodes``, ``epoch``, ``wake:*``, ``pool:changes``,
-           ``conflicts``, ``stats``); FCALL; no EVAL, no SCRIPT
+worker     every key of the prefix (and RQ's), FCALL of modelplan's functions, the keyspace
+           notifications of node and conflict records; no EVAL, no SCRIPT
+agent      one node: its record, its boots, conflict and beat keys; read its holds and the job
+           records; FCALL; no other key, no channel, no EVAL, no SCRIPT
 relay      as an agent, for every node whose id matches its pattern (``rack7-*``)
 client     append to its own request stream, read its replies, job records and which workers run
 =========  =====================================================================================
 
 An agent's heartbeat is written by the heartbeat function, which Redis runs with the caller's rights: the
 key patterns of the agent's own node are what stop it from writing another node's record, even through
-the function. The shared hints it must write are only ever reasons for a worker to look again (see
-``docs/THREAT-MODEL.md``). Pure: nothing here talks to Redis.
+the function, and it writes nothing else. What a heartbeat means to the pool (the change feed, the index
+of nodes, the epoch, wake-ups, restarts, conflicts, counters) is written by the workers' intake, rung by
+the server's keyspace notifications (``worker.intake``), so no key another node or a worker reads as
+shared is an agent's to write (see ``docs/THREAT-MODEL.md``). Pure: nothing here talks to Redis.
 """
 
 from __future__ import annotations
@@ -43,14 +45,15 @@ WORKER_COMMANDS = (
     "zremrangebyrank",
     "xadd", "xlen", "xread", "xrevrange", "xrange", "xreadgroup", "xack", "xdel", "xpending", "xclaim",
     "xgroup|create", "xgroup|delconsumer", "xinfo|stream",
-    "rename", "subscribe", "unsubscribe", "publish", "wait",
+    "rename", "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "publish", "wait",
+    "scan", "strlen",
 )  # fmt: skip
 """What a worker sends, itself, through RQ, and inside the functions it calls (which Redis checks against
 the caller's rules too)."""
 
 AGENT_COMMANDS = (
     "ping", "client|setname", "get", "mget", "set", "del", "exists", "time", "hgetall", "hget", "hlen",
-    "hexists", "hincrby", "zadd", "xadd", "incr", "sadd", "rpush", "type",
+    "hset", "pexpire", "pttl", "type",
 )  # fmt: skip
 """What an agent's heartbeat function runs (as the agent), and what the agent reads: its node's holds and
 the records of the jobs placed there."""
@@ -62,9 +65,11 @@ registrations (``Client.workers_alive``), PING (a connection's health check)."""
 
 OPERATOR_EXTRA = (
     "function|load", "function|delete", "function|list", "sunionstore", "acl|setuser", "acl|log", "acl|list",
+    "config|get", "config|set",
 )  # fmt: skip
-"""What the operator runs beyond a worker: ``modelplan setup-redis`` (load the library, move an older
-version's index) and ``modelplan acl --apply``, and reading what the ACL refused (``modelplan status``)."""
+"""What the operator runs beyond a worker: ``modelplan setup-redis`` (load the library, turn on the keyspace
+notifications the workers' intake needs, move an older version's index) and ``modelplan acl --apply``, and
+reading what the ACL refused (``modelplan status``)."""
 
 NODE_PATTERN = re.compile(ID_PATTERN.pattern.removesuffix("}") + r"}\*?|\*")
 """A relay's nodes: an id, an id's beginning followed by ``*``, or ``*`` alone (every node)."""
@@ -104,11 +109,14 @@ def _rule(user: str, password: str, commands: tuple[str, ...], patterns: list[st
 
 def worker_rule(keys: Keys, password: str, rq_prefix: str = "") -> str:
     """A worker's login: every key of the prefix, RQ's keys under ``rq_prefix`` (``RQ_KEY_PREFIX``,
-    ``{prefix}:rq`` by default, which the prefix's pattern covers) and its command channels."""
+    ``{prefix}:rq`` by default, which the prefix's pattern covers), its command channels, and the keyspace
+    notifications its intake listens to (the node and conflict records' patterns as it subscribes to them:
+    Redis grants a pattern subscription only to a pattern the rule spells alike; its own probe key's)."""
     rq = rq_prefix or f"{keys.prefix}:rq"
     patterns = [f"~{keys.prefix}:*"] + ([] if rq.startswith(keys.prefix + ":") else [f"~{rq}:*"])
     user = user_name(keys, "worker")
-    return _rule(user, password, WORKER_COMMANDS + SCRIPTING, patterns, f"&{rq}:pubsub:* ")
+    channels = [f"{rq}:pubsub:*", *keys.keyspace_patterns(), keys.probe_channels]
+    return _rule(user, password, WORKER_COMMANDS + SCRIPTING, patterns, "".join(f"&{c} " for c in channels))
 
 
 def _node_patterns(keys: Keys, nodes: str) -> list[str]:
@@ -117,17 +125,9 @@ def _node_patterns(keys: Keys, nodes: str) -> list[str]:
         f"~{p}:node:{nodes}",
         f"~{p}:boots:{nodes}",
         f"~{p}:conflict:{nodes}",
+        f"~{p}:beat:{nodes}",
         f"%R~{p}:held:{nodes}",
         f"%R~{p}:job:*",
-        f"~{p}:pending:classes",
-        f"~{p}:nodes",
-        f"~{p}:epoch",
-        f"~{p}:wake:signal",
-        f"~{p}:wake:classes",
-        f"~{p}:pool:changes",
-        f"~{p}:conflicts",
-        f"~{p}:restarts",
-        f"~{p}:stats",
     ]
 
 
@@ -142,7 +142,7 @@ def _heartbeat_selector(keys: Keys, nodes: str) -> str:
 
 
 def agent_rule(keys: Keys, node_id: str, password: str) -> str:
-    """One node's agent: that node's keys alone, the shared hints, and reading what runs there."""
+    """One node's agent: that node's keys alone, and reading what runs there."""
     check_id(node_id, "node_id")
     user = user_name(keys, "agent", node_id)
     rule = _rule(user, password, AGENT_COMMANDS + SCRIPTING, _node_patterns(keys, node_id))

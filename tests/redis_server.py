@@ -67,6 +67,9 @@ class RedisServer:
             "no",
             "--logfile",
             str(self.dir / "redis.log"),
+            # what ``modelplan setup-redis`` turns on: the keyspace notifications the workers' intake hears
+            "--notify-keyspace-events",
+            "K$x",
             *self.extra,
         ]
         with (self.dir / "redis.out").open("wb") as out:  # what it prints before it has a log: a bad option

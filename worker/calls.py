@@ -14,7 +14,7 @@ from typing import Any
 from worker import constants as C
 from worker.jobtext import job_text
 from worker.keys import Keys
-from worker.metrics import CONFLICT_HEARTBEATS
+from worker.metrics import CONFLICT_HEARTBEATS, NODE_RECORDS_DROPPED
 from worker.pool import HoldSpec
 from worker.records import JobRecord, JobState, json_of
 
@@ -24,16 +24,26 @@ Call = tuple[list[str], list[Any]]
 
 def heartbeat_call(k: Keys, beats: Sequence[tuple[str, str]]) -> Call:
     """``heartbeat.lua`` storing ``beats``, each a node's id and its stored record's JSON
-    (``reports.stored_json``): the script reads the rest from the record where it needs it. Each node's
-    own keys (``Keys.node_keys``) follow the shared ones, in the order of its heartbeat."""
-    keys = [k.nodes, k.epoch, k.wake_signal, k.wake_classes, k.pool_changes, k.pending_classes]
-    keys += [k.conflicts, k.stats, k.restarts]
-    args: list[Any] = [C.NODE_TTL_MS, C.POOL_CHANGES_MAXLEN, C.BOOT_DISPLACED_MS, C.CONFLICT_CLEAR_MS]
-    args += [CONFLICT_HEARTBEATS, C.SCHEMA_VERSION]
+    (``reports.stored_json``): the script reads the rest from the record where it needs it. Only each
+    node's own keys (``Keys.node_keys``), in the order of its heartbeat: nothing shared."""
+    keys: list[str] = []
+    args: list[Any] = [C.NODE_TTL_MS, C.BOOT_DISPLACED_MS, C.CONFLICT_CLEAR_MS, C.SCHEMA_VERSION]
     node_keys = k.node_keys
     for node_id, raw in beats:
         keys += node_keys(node_id)
         args += [node_id, raw]
+    return keys, args
+
+
+def intake_call(k: Keys, node_ids: Sequence[str]) -> Call:
+    """``intake.lua`` taking what ``node_ids``' own keys say into the shared state (a worker's rights)."""
+    keys = [k.nodes, k.epoch, k.wake_signal, k.wake_classes, k.pool_changes, k.pending_classes]
+    keys += [k.conflicts, k.stats, k.restarts, k.taken]
+    args: list[Any] = [C.POOL_CHANGES_MAXLEN, C.NODE_RECORD_MAX_BYTES, CONFLICT_HEARTBEATS]
+    args += [C.CONFLICT_REFUSED_STEP_MAX, NODE_RECORDS_DROPPED]
+    for node_id in node_ids:
+        keys += [k.node(node_id), k.held(node_id), k.conflict(node_id)]
+        args.append(node_id)
     return keys, args
 
 

@@ -4,14 +4,14 @@ The scripts write an entry's fields under short names, kept short because a hear
 entry per call and the stream holds ``POOL_CHANGES_MAXLEN`` of them (``WIRE`` names them). Each kind of
 entry, as the scripts write it::
 
-    heartbeat   n (node id), r (its record), t (its TTL, ms)      heartbeat.lua: a node joined or changed
-    refreshes   ns (node ids, space-separated), t (their TTL)     heartbeat.lua: heartbeats that changed nothing
-    gone        n, gone                                           heartbeat.lua, the sweep: a node left
+    heartbeat   n (node id), r (its record's SHA-1), t (its TTL)  intake.lua: a node joined or changed
+    refreshes   ns (node ids, space-separated), t (their TTL)     an older modelplan's heartbeat.lua
+    gone        n, gone                                           intake.lua, the sweep: a node left
     hold        n, h (hold id), v (the hold as stored; "" gone)   transition.lua, reclaim_holds.lua, quarantine
 
-An entry is no more trusted than what wrote it (a node agent may append to the stream: the heartbeat
-function writes it with the caller's rights), so it is only a reason to read again what it names, and a
-name that is no id is read as no entry (``ChangeKind.NONE``). Pure: no Redis.
+Only workers write the stream (a node's login may not: ``producer.roles``); an entry is still only a
+reason to read again what it names, and a name that is no id is read as no entry (``ChangeKind.NONE``).
+Pure: no Redis.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Node ids two agents publish under (a cloned machine image): what ``heartbeat.lua`` records of each
-(``conflict:{node_id}``, indexed in ``conflicts``), read for ``modelplan status`` and the metrics.
+(``conflict:{node_id}``, indexed in ``conflicts`` by the workers' intake), read for ``modelplan status``
+and the metrics.
 
 The script decides: a boot heard again after another took its place is a second agent, and the node is
 out of the pool until one boot alone has been heard for ``CONFLICT_CLEAR_MS``. This only reads.
@@ -54,6 +55,8 @@ class ConflictRecord(BaseModel):
     included."""
     since_ms: int
     last_heard_ms: int
+    refused: int = Field(default=0, ge=0)
+    """How many heartbeats were refused for the conflict: the workers' intake adds them to ``stats``."""
     schema_version: SchemaVersion = SCHEMA_VERSION
 
     @property

@@ -47,7 +47,7 @@ MAINTENANCE_INTERVAL_S = 2.0
 does it (a lock), so more workers do not mean more sweeps."""
 
 NODE_KEYS_KEPT = 10_000
-"""Nodes whose four keys a ``Keys`` keeps made for ``heartbeat.lua`` (some 400 bytes each, 4 MB at most):
+"""Nodes whose five keys a ``Keys`` keeps made for ``heartbeat.lua`` (some 400 bytes each, 4 MB at most):
 a relay publishes the same racks' nodes every interval, and making them anew (the id checked, four strings
 joined) took some 1 us a node, four times the rest of building a call; past this many, all are forgotten
 and made again as they come."""
@@ -105,6 +105,32 @@ SNAPSHOT_REUSE_S = 0.25
 placement's commit re-checks every node's room (a card taken since is a retry on a fresh read), and a
 waiting commit re-checks the epoch (capacity freed since wakes the job). A stale read costs a retry. A
 failure, final and re-checked by nothing, is decided on a fresh read."""
+
+NODE_RECORD_MAX_BYTES = 1 << 20
+"""The longest node record (or conflict record) a worker's intake takes: a heartbeat of a node running
+its most replicas (``MAX_STARTED`` holds started, with footprints) is some hundreds of KiB at most, a usual
+one under 1 KiB. A longer one, written by the node's own login, is deleted (``node_records_dropped``) and the
+node is gone from the pool: a node's login cannot grow what workers keep past this for it."""
+
+CONFLICT_REFUSED_STEP_MAX = 1000
+"""The most heartbeats refused for a conflict that one conflict record may add to ``stats`` at a time: the
+count is the node's own record's, which its login may write as it likes."""
+
+INTAKE_BATCH = 200
+"""Nodes per ``intake.lua`` call: a batch of keyspace notifications, or a reconcile's share."""
+
+INTAKE_PROBE_WAIT_S = 2.0
+"""How long a worker waits for the notifications of its own probe key before it says that keyspace
+notifications are off and reconciles in full every ``INTAKE_RECONCILE_S`` instead."""
+
+INTAKE_RECONCILE_S = 1.0
+"""How often a worker that hears no keyspace notifications reconciles every node in full (the fallback),
+and checks again whether notifications came on."""
+
+NOTIFY_FLAGS = "K$x"
+"""The keyspace notifications a worker's intake needs (``notify-keyspace-events``): keyspace channels
+(``K``) of string writes (``$``: a node's record set) and expirations (``x``). ``modelplan setup-redis``
+adds those the server lacks and keeps every other flag set."""
 
 HOLD_MAX_BYTES = 1024
 """The longest stored hold a worker reads: ``transition.lua`` writes some 80 bytes (cards, GiB, boot id,

@@ -4,6 +4,7 @@ and commits."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -24,6 +25,8 @@ class Handoffs:
     redis: redis.Redis
     keys: Keys
     queue: Queue
+    intake: Callable[[Sequence[str]], bool]
+    """``Heartbeats.intake``."""
 
     # --- the wake-up signal ---------------------------------------------------------------------------
 
@@ -77,6 +80,7 @@ class Handoffs:
         """Queue a ``node_silent`` task for a silent node that held jobs, at the front, and move the node's
         score in ``nodes`` on to ``until_ms`` (unless a heartbeat moved it further), so that the sweeps
         meanwhile leave it to that task."""
+        self.intake([node_id])  # taken in as gone, should its expiry have been announced to no one
         self.redis.zadd(self.keys.nodes, {node_id: until_ms}, xx=True, gt=True)
         self._enqueue("node_silent", node_id, at_front=True)
 
@@ -84,9 +88,9 @@ class Handoffs:
         self._enqueue("node_restarted", node_id, boot_id, at_front=True)
 
     def take_restarts(self) -> int:
-        """Queue a ``node_restarted`` task for each node ``restarts`` holds (the heartbeat function puts
-        there a node back with a new boot while holding reservations), with the boot its record reports now:
-        a notice only makes the task look, and the task acts only on what the node's record says. How many
+        """Queue a ``node_restarted`` task for each node ``restarts`` holds (a worker's intake puts there a
+        node back with a new boot while holding reservations), with the boot its record reports now: a
+        notice only makes the task look, and the task acts only on what the node's record says. How many
         were queued."""
         k = self.keys
         taken = self.redis.spop(k.restarts, C.RESTARTS_TAKEN)

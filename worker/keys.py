@@ -4,8 +4,15 @@
 key (after the prefix)                  type    TTL                   written by
 ======================================  ======  ====================  ==================================
 ``node:{node_id}``                      string  NODE_TTL_MS           heartbeat.lua: the last heartbeat
-                                                                      (JSON NodeRecord)
-``nodes``                               zset    none                  heartbeat.lua (node id, when its
+                                                                      that changed the view (JSON
+                                                                      NodeRecord); a refresh moves its TTL
+``beat:{node_id}``                      hash    NODE_TTL_MS           heartbeat.lua: ``seq`` of the last
+                                                                      refresh
+``taken``                               hash    none                  intake.lua: what was taken of each
+                                                                      node (JSON), so it is taken once
+``probe:{name}``                        string  1 ms                  worker.intake: a worker's own key,
+                                                                      to see notifications arrive
+``nodes``                               zset    none                  intake.lua (node id, when its
                                                                       heartbeat lapses: ms, the server's
                                                                       clock; now for a node whose id went
                                                                       into conflict, silent for the sweep);
@@ -21,10 +28,10 @@ key (after the prefix)                  type    TTL                   written by
                                                 from its last flip    one node id (JSON ConflictRecord);
                                                                       the node is out of the pool while
                                                                       it is there
-``conflicts``                           zset    none                  heartbeat.lua (node id, when its
+``conflicts``                           zset    none                  intake.lua (node id, when its
                                                                       conflict clears: ms, the server's
                                                                       clock); the sweep drops the cleared
-``restarts``                            set     none                  heartbeat.lua: nodes back with a new
+``restarts``                            set     none                  intake.lua: nodes back with a new
                                                                       boot (or after a lapse) holding
                                                                       reservations; a worker's waker takes
                                                                       them and has each checked
@@ -55,7 +62,7 @@ key (after the prefix)                  type    TTL                   written by
 ``pending:records``                     hash    none                  transition.lua: pending job id ->
                                                                       its record, for take_wake.lua (a
                                                                       copy: a commit checks the version)
-``pool:changes``                        stream  MAXLEN                heartbeat.lua, transition.lua,
+``pool:changes``                        stream  MAXLEN                intake.lua, transition.lua,
                                         POOL_CHANGES_MAXLEN   quarantine_job.lua, the sweep: each
                                                               change to the pool (a node's
                                                               heartbeat with its TTL, or a call's
@@ -63,12 +70,12 @@ key (after the prefix)                  type    TTL                   written by
                                                               or cleared; a node dropped), for the
                                                               workers' mirrors
 ``seq``                                 string  none                  submit: arrival counter
-``epoch``                               string  none                  heartbeat.lua, transition.lua:
+``epoch``                               string  none                  intake.lua, transition.lua:
                                                                       bumped whenever capacity frees
-``wake:signal``                         list    none                  heartbeat.lua, transition.lua: one
+``wake:signal``                         list    none                  intake.lua, transition.lua: one
                                                                       token while a wake-up pass is due;
                                                                       a worker's waker takes it
-``wake:classes``                        set     none                  heartbeat.lua, transition.lua:
+``wake:classes``                        set     none                  intake.lua, transition.lua:
                                                                       classes freed since the last pass
 ``ack``                                 string  none                  the client: bumped before ``WAIT``,
                                                                       on the connection that waits, so
@@ -107,7 +114,7 @@ key (after the prefix)                  type    TTL                   written by
 ``stats``                               hash    none                  worker.metrics: counters and
                                                                       histogram buckets of plan and commit
                                                                       times, commit conflicts, wake-up
-                                                                      latency; heartbeat.lua: heartbeats
+                                                                      latency; intake.lua: heartbeats
                                                                       refused for a node id in conflict
 ``worker:{name}``, ``workers`` (set)    string  WORKER_TTL_MS         worker.alive: the running workers
 ``rq:queue:{prefix}``                   list    RQ's                  RQ: the planning queue (job ids)
@@ -156,8 +163,14 @@ class Keys:
             raise BadId("prefix", prefix, PREFIX_MAX)
         self.prefix = prefix
         self._p = prefix + ":"
-        self._node_families = (self._p + "node:", self._p + "held:", self._p + "boots:", self._p + "conflict:")
-        self._node_keys: dict[str, tuple[str, str, str, str]] = {}
+        self._node_families = (
+            self._p + "node:",
+            self._p + "held:",
+            self._p + "boots:",
+            self._p + "conflict:",
+            self._p + "beat:",
+        )
+        self._node_keys: dict[str, tuple[str, str, str, str, str]] = {}
 
     @property
     def queue_name(self) -> str:
@@ -212,22 +225,65 @@ class Keys:
     def node(self, node_id: str) -> str:
         return f"{self._p}node:{check_id(node_id, 'node_id')}"
 
-    def node_keys(self, node_id: str) -> tuple[str, str, str, str]:
-        """A node's own keys as ``heartbeat.lua`` is handed them: ``node``, ``held``, ``boots`` and
-        ``conflict``. A relay's batch needs these for every heartbeat, of the same nodes again and again:
+    def node_keys(self, node_id: str) -> tuple[str, str, str, str, str]:
+        """A node's own keys as ``heartbeat.lua`` is handed them: ``node``, ``held``, ``boots``,
+        ``conflict`` and ``beat``. A relay's batch needs these for every heartbeat, of the same nodes again and again:
         they are kept by node id (up to ``NODE_KEYS_KEPT``), the id checked when they are made."""
         found = self._node_keys.get(node_id)
         if found is None:
             check_id(node_id, "node_id")
             if len(self._node_keys) >= NODE_KEYS_KEPT:
                 self._node_keys.clear()
-            node, held, boots, conflict = self._node_families
-            found = self._node_keys[node_id] = (node + node_id, held + node_id, boots + node_id, conflict + node_id)
+            node, held, boots, conflict, beat = self._node_families
+            found = self._node_keys[node_id] = (
+                node + node_id,
+                held + node_id,
+                boots + node_id,
+                conflict + node_id,
+                beat + node_id,
+            )
         return found
 
     @property
     def nodes(self) -> str:
         return f"{self._p}nodes"
+
+    def beat(self, node_id: str) -> str:
+        """The seq of a node's last refresh (a hash, field ``seq``): a refresh moves its record's TTL and
+        writes this, never the record, so that it rings no worker's intake."""
+        return f"{self._p}beat:{check_id(node_id, 'node_id')}"
+
+    @property
+    def taken(self) -> str:
+        """What the workers' intake took of each node (node id -> JSON), so that a record is taken once."""
+        return f"{self._p}taken"
+
+    def probe(self, name: str) -> str:
+        """A worker's own key, set to see its keyspace notification arrive."""
+        return f"{self._p}probe:{check_id(name, 'worker')}"
+
+    @property
+    def node_prefix(self) -> str:
+        """What every node record's key starts with: a keyspace notification's channel names the key."""
+        return f"{self._p}node:"
+
+    @property
+    def conflict_prefix(self) -> str:
+        return f"{self._p}conflict:"
+
+    def keyspace_patterns(self, db: int | str = "*") -> tuple[str, str]:
+        """The keyspace notification channels (``PSUBSCRIBE`` patterns) of the node records and conflict
+        records in database ``db`` (``*``: any, as an ACL rule names them: Redis grants a pattern
+        subscription only to the pattern a rule spells)."""
+        return (f"__keyspace@{db}__:{self.node_prefix}*", f"__keyspace@{db}__:{self.conflict_prefix}*")
+
+    def probe_channel(self, db: int, name: str) -> str:
+        return f"__keyspace@{db}__:{self.probe(name)}"
+
+    @property
+    def probe_channels(self) -> str:
+        """An ACL channel pattern covering every worker's probe channel, in any database."""
+        return f"__keyspace@*__:{self._p}probe:*"
 
     def boots(self, node_id: str) -> str:
         return f"{self._p}boots:{check_id(node_id, 'node_id')}"

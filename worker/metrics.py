@@ -35,8 +35,11 @@ COUNTERS = {
 }
 """Each counter with what it counts (``modelplan_{name}_total``)."""
 CONFLICT_HEARTBEATS = "conflict_heartbeats"
-"""The counter of heartbeats refused because two agents claim their node id: ``heartbeat.lua`` adds to
-it in ``stats`` as it refuses them, not a worker."""
+"""The counter of heartbeats refused because two agents claim their node id: ``heartbeat.lua`` counts
+them in the node's conflict record, and a worker's intake (``intake.lua``) adds them to ``stats``."""
+NODE_RECORDS_DROPPED = "node_records_dropped"
+"""The counter of node records (and conflict records) the intake deleted: longer than
+``NODE_RECORD_MAX_BYTES``, or of another type than a string."""
 
 _lock = threading.Lock()
 _pending: dict[str, float] = {}

@@ -8,8 +8,9 @@ which nodes and holds an entry makes worth reading again (``Named``), and what i
 
 What a mirror holds of a node is what its keys hold (``node:{id}`` and its TTL, ``held:{id}``), never what
 an entry says: a node agent may add to the stream, so an entry is a reason to read the node it names again,
-and no more. An entry that would change nothing (a worker's own commit read back) names nothing. A
-refresh's TTL is the one thing taken from an entry, as a hint of when to look again (``note``)."""
+and no more. An entry that would change nothing (a worker's own commit read back) names nothing. A node
+stays in the mirror until its record is read gone (a gone entry names it): a refresh moves only its
+record's TTL and is written nowhere a worker reads, so a TTL as read says nothing of when it lapses."""
 
 from __future__ import annotations
 
@@ -110,7 +111,7 @@ class Mirror:
         unread = list(read.unread)
         parsed: dict[str, ParsedNode] = {}
         raws = []
-        for node_id, (raw, ttl) in read.nodes.items():
+        for node_id, (raw, _ttl) in read.nodes.items():
             raws.append(raw)
             if not raw:
                 continue
@@ -121,7 +122,7 @@ class Mirror:
                 continue
             if parsed[node_id].record.footprints or parsed[node_id].record.ended:
                 mirror.footprints[node_id] = parsed[node_id].record
-            mirror.expires(node_id, read.server_ms + max(ttl, 0) if ttl != -1 else NEVER)
+            mirror.expires(node_id, NEVER)
         held = {n: mirror._holds(n, raw, unread) for n, raw in read.holds.items()}
         parse_cache.trim(raws)
         records = {i: p.record for i, p in parsed.items()}
@@ -175,7 +176,7 @@ class Mirror:
             pool.put_node(node_id, parsed)
             if parsed.record.footprints or parsed.record.ended:
                 self.footprints[node_id] = parsed.record
-            self.expires(node_id, read.server_ms + ttl if ttl >= 0 else NEVER)
+            self.expires(node_id, NEVER)
         for node_id, raw_holds in read.holds.items():
             pool.put_holds(node_id, self._holds(node_id, raw_holds, unread))
         return unread

@@ -29,7 +29,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.utils import now as rq_now
 
-from worker import alive, commands, jobs, logs, metrics, observed, requests, retry
+from worker import alive, commands, intake, jobs, logs, metrics, observed, requests, retry
 from worker import constants as C
 from worker.config import client_replicas, connect, estimate, max_replicas, redact
 from worker.errors import RedisUnavailable, Refused
@@ -309,9 +309,11 @@ def run(url: str, prefix: str, *, burst: bool = False) -> None:
         burst=burst,
     )
     if burst:
+        intake.reconcile(store)  # what node agents stored since the last worker took it in
         sweep(store, force=True)
         Consumer(store, name).drain()
     else:
+        threading.Thread(target=intake.serve, args=(url, keys, name, stop), name="intake", daemon=True).start()
         threading.Thread(target=_maintain, args=(url, keys, stop), name="maintenance", daemon=True).start()
         threading.Thread(target=requests.serve, args=(url, keys, name, stop), name="requests", daemon=True).start()
     waker = threading.Thread(target=_wake, args=(store, name, stop), name="waker", daemon=True)

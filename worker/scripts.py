@@ -36,6 +36,7 @@ NAMES = (
     "transition",
     "claim",
     "heartbeat",
+    "intake",
     "take_wake",
     "quarantine_job",
     "recount_pending",
@@ -46,9 +47,9 @@ NAMES = (
 PRELUDES: dict[str, tuple[str, ...]] = {
     "transition": ("key_types", "pending_counts"),
     "claim": ("key_types", "pending_counts"),
-    "heartbeat": ("key_types",),
+    "intake": ("key_types",),
     "quarantine_job": ("key_types", "pending_counts", "wake_all"),
-    "reclaim_holds": ("wake_all",),
+    "reclaim_holds": ("key_types", "wake_all"),
     "recount_pending": ("pending_counts",),
 }
 """The files put before a script's own text: functions it shares with others (Redis runs each script

@@ -105,22 +105,29 @@ class Store(PoolReads, Handoffs, Heartbeats):
             return None
 
     def silent_nodes(self) -> list[str]:
-        """Nodes in the index whose heartbeat has lapsed: those whose last heartbeat lapses by now on the
-        server's clock (their scores), each checked gone; not a pass over the whole index."""
+        """Nodes in the index whose heartbeat has lapsed: those whose lapse as last taken in (their scores)
+        is by now on the server's clock, each checked gone; not a pass over the whole index. A refresh moves
+        only its record's TTL, so a node found alive here has its score moved to its TTL's end; and asking
+        for a lapsed key has the server expire it (its notification rings the intake)."""
         secs, micros = self.redis.time()
-        raw = self.redis.zrangebyscore(self.keys.nodes, "-inf", secs * 1000 + micros // 1000)
+        now = secs * 1000 + micros // 1000
+        raw = self.redis.zrangebyscore(self.keys.nodes, "-inf", now)
         ids = self.valid_ids(raw, self.keys.nodes, "a node id", "skipped")
         if not ids:
             return []
         with self.redis.pipeline(transaction=False) as pipe:
             for i in ids:
-                pipe.exists(self.keys.node(i))
-            alive = pipe.execute()
-        return [i for i, a in zip(ids, alive, strict=True) if not a]
+                pipe.pttl(self.keys.node(i))
+            ttls = pipe.execute()
+        alive = {i: now + (t if t >= 0 else 1 << 52) for i, t in zip(ids, ttls, strict=True) if t != -2}
+        if alive:
+            self.redis.zadd(self.keys.nodes, alive, xx=True, gt=True)
+        return [i for i in ids if i not in alive]
 
     def forget_node_if_silent(self, node_id: str) -> bool:
         """Drop a silent node from the index, unless a heartbeat brought it back meanwhile."""
         node_key = self.keys.node(node_id)
+        self.intake([node_id])  # taken in as gone, should its expiry have been announced to no one
         with self.redis.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(node_key)  # type: ignore[no-untyped-call]

@@ -28,7 +28,7 @@ from tests.reliability.mirror_view import pool_view
 from tests.worker.helpers import hb, request
 from tests.worker.processes import WorkerProcess
 from worker import constants as C
-from worker.calls import heartbeat_call
+from worker.calls import heartbeat_call, intake_call
 from worker.errors import Contended, JobNotFound, RedisUnavailable, WrongState
 from worker.mirrored import MirroredStore
 from worker.records import JobState, ServeRequest, utcnow
@@ -211,8 +211,8 @@ class Run:
             time.sleep(0.2)
 
     def join_with(self, node_id: str, gpus: int, fault: Callable[[redis.client.Pipeline], object]) -> None:
-        """A node's first heartbeat and ``fault`` in one transaction: no worker can have read the heartbeat's
-        change before the fault, and no wake-up pass is signalled for it."""
+        """A node's first heartbeat, its intake and ``fault`` in one transaction: no worker can have read the
+        heartbeat's change before the fault, and no wake-up pass is signalled for it."""
         self.pool.add(node_id, gpus)
         record = NodeRecord.model_validate(
             {**dict(parse_heartbeat(self.pool.heartbeat(node_id))), "received_at": utcnow()}
@@ -220,6 +220,10 @@ class Run:
         keys, args = heartbeat_call(self.client.store.keys, [(node_id, record.model_dump_json())])
         with self.client.redis.pipeline(transaction=True) as pipe:
             script(self.client.redis, "heartbeat")(keys=keys, args=args, client=pipe)
+            # taken in as a worker's intake does when the server rings it, before the fault (the workers'
+            # intakes, rung after, find it taken)
+            in_keys, in_args = intake_call(self.client.store.keys, [node_id])
+            script(self.client.redis, "intake")(keys=in_keys, args=in_args, client=pipe)
             pipe.delete(self.client.keys.wake_signal)
             fault(pipe)
             pipe.execute()

@@ -24,7 +24,7 @@ from producer.cli import main
 from producer.metrics import exposition
 from tests.reliability.roles_server import Roles, roles_server
 from tests.worker.helpers import hb, request
-from worker import alive, maintenance, metrics, observed, planning, runner
+from worker import alive, intake, maintenance, metrics, observed, planning, runner
 from worker import constants as C
 from worker.footprints import Footprint
 from worker.keys import Keys
@@ -76,6 +76,9 @@ def swept(store: Any, state: maintenance.SweepState) -> dict[str, int]:
 
 
 def drain(worker: Client) -> None:
+    """What the agents stored taken in (as a worker's intake thread does when the server rings it), then the
+    queue run."""
+    intake.reconcile(worker.store)
     runner.drain(worker.store)
 
 
@@ -201,15 +204,15 @@ def test_every_periodic_step_runs_under_its_roles_rule(srv: Roles, monkeypatch: 
 
 
 def test_a_waiting_job_beside_a_free_card_is_placed_by_the_sweep_under_the_workers_rule(srv: Roles) -> None:
-    """The heartbeats wake a pass only for a class ``pending:classes`` counts waiting jobs of, a key an agent
-    may write: with it deleted, a card freeing wakes no one, and the sweep's recount and full pass are what
-    place the job."""
+    """The intake wakes a pass only for a class ``pending:classes`` counts waiting jobs of: with it deleted (by
+    a hand with a worker's rights: no agent may touch it), a card freeing wakes no one, and the sweep's
+    recount and full pass are what place the job."""
     n1, worker = srv.client("agent", "n1"), srv.client("worker")
     assert n1.heartbeat(hb("n1", gpus=1, free=0))
     worker.submit(request(), job_id="waits")
     drain(worker)
     assert state_of(worker, "waits") is JobState.WAITING
-    n1.redis.delete(K.pending_classes)
+    worker.redis.delete(K.pending_classes)
     assert n1.heartbeat(hb("n1", gpus=1, seq=2))  # the card frees
     drain(worker)
     assert state_of(worker, "waits") is JobState.WAITING  # no wake-up came

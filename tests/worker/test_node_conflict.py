@@ -97,6 +97,7 @@ def test_two_agents_on_one_node_id_do_not_re_plan_its_jobs_at_every_heartbeat(cl
         "boots": [{"boot_id": "boot-a", "seq": 1_005}, {"boot_id": "boot-b", "seq": 5_004}],
         "last_boot": "boot-a",
         "flips": 7,
+        "refused": 7,
         "schema_version": 1,
     }
     assert [text(n) for n in client.redis.zrange(client.keys.conflicts, 0, -1)] == ["gpu-1"]
@@ -185,14 +186,14 @@ def test_the_node_rejoins_once_one_agent_alone_is_heard(client: Client, monkeypa
 
 def test_both_agents_in_one_relay_batch(client: Client) -> None:
     """A relay forwarding both agents' heartbeats in one call: each checked against the one before it, as
-    one call each would; a refresh of the node earlier in the call goes with its record."""
+    one call each would. The intake takes the call's outcome: the node gone, its conflict indexed."""
     twins = Twins(client)
     twins.beat("boot-a")
     client.redis.delete(client.keys.pool_changes)
     beats = [twins.next("boot-a"), twins.next("boot-b"), twins.next("boot-a"), twins.next("boot-b")]
     assert client.publish_all([json.dumps(b) for b in beats]) == [Beat.OK, Beat.OK, Beat.CONFLICT, Beat.CONFLICT]
     entries: Any = client.redis.xrange(client.keys.pool_changes)
-    assert [sorted(text(k) for k in fields) for _, fields in entries] == [["n", "r", "t"], ["gone", "n"]]
+    assert [sorted(text(k) for k in fields) for _, fields in entries] == [["gone", "n"]]
     assert "gpu-1" not in client.store.snapshot().records
     assert conflict(client)["flips"] == 2 and refused(client) == 2
 
@@ -266,4 +267,5 @@ def test_ids_named_after_fixed_keys_have_their_own_conflict(client: Client) -> N
         flips=1,
         since_ms=client.conflicts()[2].since_ms,
         last_heard_ms=client.conflicts()[2].last_heard_ms,
+        refused=1,
     )

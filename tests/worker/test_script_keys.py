@@ -311,8 +311,8 @@ def test_a_nodes_keys_for_the_heartbeat_are_its_keys(monkeypatch: pytest.MonkeyP
     k = Keys("mp")
     for n in range(5):  # past the bound: forgotten and made again
         node = f"gpu-{n}"
-        assert k.node_keys(node) == (k.node(node), k.held(node), k.boots(node), k.conflict(node))
-        assert k.node_keys(node) == (k.node(node), k.held(node), k.boots(node), k.conflict(node))
+        assert k.node_keys(node) == (k.node(node), k.held(node), k.boots(node), k.conflict(node), k.beat(node))
+        assert k.node_keys(node) == (k.node(node), k.held(node), k.boots(node), k.conflict(node), k.beat(node))
         assert len(k._node_keys) <= 3
     for _ in range(2):  # refused each time, never kept
         with pytest.raises(BadId):

@@ -37,6 +37,11 @@ local mistyped = wrong_type(spec)
 if mistyped then
   return {'wrongtype', mistyped}
 end
+-- key_types.lua: before the first write
+repair_epoch(KEYS[13])
+repair_stream(KEYS[2])
+repair_stream(KEYS[3])
+repair_stream(KEYS[18])
 for i = 5, 10 do
   redis.call('ZREM', KEYS[i], job_id)
 end

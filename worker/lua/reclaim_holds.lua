@@ -22,9 +22,6 @@ for i, allowed in pairs(kinds) do
     return {'wrongtype', KEYS[i]}
   end
 end
-if redis.call('TYPE', KEYS[1]).ok == 'string' and not string.match(redis.call('GET', KEYS[1]), '^-?%d+$') then
-  return {'wrongtype', KEYS[1]}
-end
 
 -- every check before the first write
 local clear = {}
@@ -40,6 +37,10 @@ for i = 1, n do
   end
 end
 
+if #clear > 0 then
+  repair_epoch(KEYS[1]) -- key_types.lua: before the first write
+  repair_stream(KEYS[5])
+end
 for _, i in ipairs(clear) do
   local at = 3 + 4 * (i - 1)
   local held_key = KEYS[4 + 2 * i]

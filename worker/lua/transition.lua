@@ -139,6 +139,12 @@ for i = 1, n_place do
   boots[i] = node.boot_id
 end
 
+-- values no writer of modelplan's leaves, put right before the first write (key_types.lua)
+repair_epoch(KEYS[8])
+repair_stream(KEYS[2])
+repair_stream(KEYS[3])
+repair_stream(KEYS[12])
+
 local wake = 0
 local function wake_for(class)
   redis.call('SADD', KEYS[10], class)
