@@ -6,14 +6,11 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import tomllib
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from packaging.requirements import Requirement
 
 from producer.cli import parser
 
