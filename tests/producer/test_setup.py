@@ -41,7 +41,7 @@ def test_the_install_step_prints_nothing_with_the_build_backends_own_warnings(tm
     warnings, which pip prints even then, would land on a first setup's screen. The same install, into a
     folder of its own from a copy of what the build reads, with the network cut, prints nothing."""
     setup = (ROOT / "scripts" / "setup").read_text()
-    assert 'pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)' in setup
+    assert "pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)" in setup
     assert '"${pip[@]}" --no-deps --no-build-isolation -e .' in setup
     copy = tmp_path / "project"
     copy.mkdir()
