@@ -53,7 +53,7 @@ the caller's rules too)."""
 
 AGENT_COMMANDS = (
     "ping", "client|setname", "get", "mget", "set", "del", "exists", "time", "hgetall", "hget", "hlen",
-    "hset", "pexpire", "pttl", "type",
+    "hset", "hstrlen", "strlen", "pexpire", "pttl", "type",
 )  # fmt: skip
 """What an agent's heartbeat function runs (as the agent), and what the agent reads: its node's holds and
 the records of the jobs placed there."""

@@ -28,6 +28,7 @@ def heartbeat_call(k: Keys, beats: Sequence[tuple[str, str]]) -> Call:
     node's own keys (``Keys.node_keys``), in the order of its heartbeat: nothing shared."""
     keys: list[str] = []
     args: list[Any] = [C.NODE_TTL_MS, C.BOOT_DISPLACED_MS, C.CONFLICT_CLEAR_MS, C.SCHEMA_VERSION]
+    args.append(C.NODE_RECORD_MAX_BYTES)
     node_keys = k.node_keys
     for node_id, raw in beats:
         keys += node_keys(node_id)

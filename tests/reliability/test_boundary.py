@@ -121,6 +121,23 @@ def test_an_agent_cannot_grow_shared_memory(fleet: Roles) -> None:
     release_then_place(fleet)
 
 
+def test_a_nodes_own_keys_are_bounded_at_its_next_heartbeat(fleet: Roles) -> None:
+    """The keys no notification rings (its boots, its refreshes' seq) grown by the agent's login past what a
+    heartbeat writes are the node's to lose: its next heartbeat deletes them before writing, and goes on."""
+    n1 = fleet.client("agent", "n1")
+    raw = n1.redis
+    raw.set(K.boots("n1"), "x" * (2 << 20))
+    raw.hset(K.beat("n1"), mapping={f"made-up-{i}": 1 for i in range(1000)})
+    assert n1.heartbeat(hb("n1", gpus=1, free=0, seq=7))
+    admin = fleet.admin()
+    assert (admin.strlen(K.boots("n1")) or 0) <= (1 << 20)
+    assert not [f for f in admin.hkeys(K.beat("n1")) if text(f).startswith("made-up")]
+    raw.hset(K.beat("n1"), "seq", "9" * 4096)  # one field, no number a seq can be
+    assert n1.heartbeat(hb("n1", gpus=1, free=0, seq=8))
+    assert len(admin.hget(K.beat("n1"), "seq") or b"") <= 20
+    release_then_place(fleet)
+
+
 def test_an_agent_writes_only_its_own_nodes_keys(fleet: Roles) -> None:
     """Every key another node or a worker reads as shared is refused to the agent's login."""
     n1 = fleet.client("agent", "n1").redis

@@ -11,7 +11,7 @@
 --
 -- ARGV[1] node TTL, ms   ARGV[2] how long a boot is remembered once another took its place, ms
 -- ARGV[3] how long a conflict lasts past its last flip, ms   ARGV[4] the schema version of the records
--- modelplan writes
+-- modelplan writes   ARGV[5] the longest value of a node's own keys kept, bytes
 -- then for each node (2): node id, its record's JSON (``NodeRecord`` as modelplan writes it)
 --
 -- A heartbeat that changes the node's view (what a plan reads, or its boot) replaces node:{id} (SET: the
@@ -43,10 +43,14 @@
 -- element is kept for the reply's shape: whether a wake-up pass is signalled is the intake's to say.
 
 local ttl, remember, clear, schema = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local FIRST = 5 -- the first node's id in ARGV
+local max_bytes = tonumber(ARGV[5])
+local FIRST = 6 -- the first node's id in ARGV
 local PER = 5 -- the keys of each node
 if not tonumber(ttl) or not remember or not clear then
   return redis.error_reply('heartbeat.lua: ARGV[1] to ARGV[3] are times in ms')
+end
+if not max_bytes then
+  return redis.error_reply('heartbeat.lua: ARGV[5] is the longest value of a node kept, in bytes')
 end
 if (#ARGV - FIRST + 1) % 2 ~= 0 or #KEYS ~= PER * (#ARGV - FIRST + 1) / 2 then
   return redis.error_reply('heartbeat.lua: each node takes two arguments (id, record) and five keys')
@@ -81,17 +85,21 @@ local function int(x)
   return string.format('%.0f', x)
 end
 
--- the node's own keys hold their own type, or none: one that does not (written by hand, or by the node's
--- own login) is the node's to lose, deleted before anything is written
+-- the node's own keys hold their own type and size, or are not there: one that does not (written by hand,
+-- or by the node's own login) is the node's to lose, deleted before anything is written. A string is at
+-- most max_bytes (as the intake takes a record); beat:{id} holds its one field, seq, a number.
 local function own_types(node_key, boots_key, conflict_key, beat_key)
   local spec = {node_key, 'string', boots_key, 'string', conflict_key, 'string', beat_key, 'hash'}
   for i = 1, #spec, 2 do
-    local found = redis.call('TYPE', spec[i])
+    local key, want = spec[i], spec[i + 1]
+    local found = redis.call('TYPE', key)
     if type(found) == 'table' then
       found = found['ok']
     end
-    if found ~= 'none' and found ~= spec[i + 1] then
-      redis.call('DEL', spec[i])
+    if found ~= 'none' and (found ~= want
+        or (want == 'string' and redis.call('STRLEN', key) > max_bytes)
+        or (want == 'hash' and (redis.call('HLEN', key) > 1 or redis.call('HSTRLEN', key, 'seq') > 20))) then
+      redis.call('DEL', key)
     end
   end
 end
