@@ -1,126 +1,44 @@
-"""Every Redis key modelplan uses, and nothing else spells one.
+"""Every Redis key modelplan uses, and nothing else spells one. What each key holds is in docs/KEYS.md, a
+table ``tests/test_docs.py`` checks against this module; here, who writes it.
 
-======================================  ======  ====================  ==================================
-key (after the prefix)                  type    TTL                   written by
-======================================  ======  ====================  ==================================
-``node:{node_id}``                      string  NODE_TTL_MS           heartbeat.lua: the last heartbeat
-                                                                      that changed the view (JSON
-                                                                      NodeRecord); a refresh moves its TTL
-``beat:{node_id}``                      hash    NODE_TTL_MS           heartbeat.lua: ``seq`` of the last
-                                                                      refresh
-``taken``                               hash    none                  intake.lua: what was taken of each
-                                                                      node (JSON), so it is taken once
-``probe:{name}``                        string  1 ms                  worker.intake: a worker's own key,
-                                                                      to see notifications arrive
-``nodes``                               zset    none                  intake.lua (node id, when its
-                                                                      heartbeat lapses: ms, the server's
-                                                                      clock; now for a node whose id went
-                                                                      into conflict, silent for the sweep);
-                                                                      maintenance drops the silent, or
-                                                                      moves a silent one that held jobs on
-                                                                      while a worker hands them back
-``boots:{node_id}``                     string  BOOT_DISPLACED_MS     heartbeat.lua: the boots lately heard
-                                                                      on a node besides the one its record
-                                                                      holds, JSON ``{boot_id: [ms last
-                                                                      heard, its last seq]}``: a boot heard
-                                                                      again is a second agent
-``conflict:{node_id}``                  string  CONFLICT_CLEAR_MS     heartbeat.lua: two agents heard under
-                                                from its last flip    one node id (JSON ConflictRecord);
-                                                                      the node is out of the pool while
-                                                                      it is there
-``conflicts``                           zset    none                  intake.lua (node id, when its
-                                                                      conflict clears: ms, the server's
-                                                                      clock); the sweep drops the cleared
-``restarts``                            set     none                  intake.lua: nodes back with a new
-                                                                      boot (or after a lapse) holding
-                                                                      reservations; a worker's waker takes
-                                                                      them and has each checked
-``held:{node_id}``                      hash    none                  transition.lua: hold id
-                                                                      (``{job}:{replica}:{version}``, or
-                                                                      ``{job}:nominated``) -> JSON
-                                                                      ``{"gpus", "host_gb", "boot_id",
-                                                                      "nominated"}``
-``holding``                             set     none                  transition.lua: nodes with a
-                                                                      reservation
-``job:{job_id}``                        string  FINISHED_TTL_S once   submit, transition.lua: the job
-                                                final                 record (JSON JobRecord)
-``job:{job_id}:events``                 stream  FINISHED_TTL_S once   transition.lua, submit: the job's
-                                                final                 changes
-``events``                              stream  MAXLEN EVENTS_MAXLEN  transition.lua, submit: every
-                                                                      job's changes
-``jobs:{state}``                        zset    none                  transition.lua, submit: jobs by
-                                                                      state (score: see JobState)
-``pending``                             zset    none                  transition.lua: jobs with a replica
-                                                                      not on its best option (score:
-                                                                      priority, then arrival)
-``pending:for``                         hash    none                  transition.lua: pending job id ->
-                                                                      the classes (comma-joined) whose
-                                                                      freed capacity wakes it
-``pending:classes``                     hash    none                  transition.lua, claim.lua: class ->
-                                                                      how many pending jobs it wakes (a
-                                                                      class none waits on has no field)
-``pending:records``                     hash    none                  transition.lua: pending job id ->
-                                                                      its record, for take_wake.lua (a
-                                                                      copy: a commit checks the version)
-``pool:changes``                        stream  MAXLEN                intake.lua, transition.lua,
-                                        POOL_CHANGES_MAXLEN   quarantine_job.lua, the sweep: each
-                                                              change to the pool (a node's
-                                                              heartbeat with its TTL, or a call's
-                                                              refreshed ids with the TTL; a hold written
-                                                              or cleared; a node dropped), for the
-                                                              workers' mirrors
-``seq``                                 string  none                  submit: arrival counter
-``epoch``                               string  none                  intake.lua, transition.lua:
-                                                                      bumped whenever capacity frees
-``wake:signal``                         list    none                  intake.lua, transition.lua: one
-                                                                      token while a wake-up pass is due;
-                                                                      a worker's waker takes it
-``wake:classes``                        set     none                  intake.lua, transition.lua:
-                                                                      classes freed since the last pass
-``ack``                                 string  none                  the client: bumped before ``WAIT``,
-                                                                      on the connection that waits, so
-                                                                      that its replicas have every earlier
-                                                                      write
-``lock:{name}``                         string  its holder's          maintenance: one sweeper at a time
-``observed:{identity}``                 string  OBSERVED_TTL_S        worker.observations: a model's
-                                                                      footprints (JSON Observed)
-``observed``, ``estimates:off`` (zset)  zset    none                  worker.observations: models by when
-                                                                      last written, and by how far their
-                                                                      estimate was off
-``hub:{repo}@{revision}``               string  HUB_CACHE_TTL_S       producer.hub: a repository's
-                                                                      listing and config, as resolved
-``quarantine``                          hash    none                  worker.quarantine: the key of each
-                                                                      record that does not parse ->
-                                                                      JSON ``{"digest", "what",
-                                                                      "action", "at"}``
-``requests``                            stream  entries deleted once  any client: operations (submit,
-                                                answered              release, cancel, scale, retry) as
-                                                                      JSON fields; workers read it as the
-                                                                      consumer group ``workers``
-``reply:{name}``                        stream  REPLY_TTL_S, MAXLEN   worker.requests: the answer to each
-                                                REPLY_MAXLEN          ``requests`` entry that named
-                                                                      ``reply_to``
-``clients``                             set     none                  the operator (``modelplan client
-                                                                      add``): the registered client ids,
-                                                                      whose request streams workers read
-``client:{client_id}:requests``         stream  entries deleted once  that client alone (its ACL user):
-                                                answered              operations as on ``requests``; the
-                                                                      stream a job's owner is taken from
-``client:{client_id}:replies``          stream  REPLY_TTL_S, MAXLEN   worker.requests: the answer to each
-                                                REPLY_MAXLEN          entry of that client's stream
-``owned:{client_id}``                   hash    none                  worker.owners: the client's jobs ->
-                                                                      replicas counted against its quota
-                                                                      (final ones dropped as it is read)
-``stats``                               hash    none                  worker.metrics: counters and
-                                                                      histogram buckets of plan and commit
-                                                                      times, commit conflicts, wake-up
-                                                                      latency; intake.lua: heartbeats
-                                                                      refused for a node id in conflict
-``worker:{name}``, ``workers`` (set)    string  WORKER_TTL_MS         worker.alive: the running workers
-``rq:queue:{prefix}``                   list    RQ's                  RQ: the planning queue (job ids)
-``rq:job:{rq_job_id}``                  hash    RQ's                  RQ: one planning job
-``rq:queues``                           set     none                  RQ: the queues under this prefix
-======================================  ======  ====================  ==================================
+=======================================  ======  ============================  =============================
+key (after the prefix)                   type    TTL                           written by
+=======================================  ======  ============================  =============================
+``node:{node_id}``                       string  NODE_TTL_MS                   heartbeat.lua (node's login)
+``beat:{node_id}``                       hash    NODE_TTL_MS                   heartbeat.lua (node's login)
+``boots:{node_id}``                      string  BOOT_DISPLACED_MS             heartbeat.lua (node's login)
+``conflict:{node_id}``                   string  CONFLICT_CLEAR_MS, last flip  heartbeat.lua (node's login)
+``taken``                                hash    none                          intake.lua
+``probe:{name}``                         string  1 ms                          worker.intake
+``nodes``                                zset    none                          intake.lua, maintenance
+``conflicts``, ``restarts`` (set)        zset    none                          intake.lua; the sweep, waker
+``held:{node_id}``, ``holding`` (set)    hash    none                          transition.lua
+``job:{job_id}``                         string  FINISHED_TTL_S once final     submit, transition.lua
+``job:{job_id}:events``, ``events``      stream  FINISHED_TTL_S; EVENTS_MAXLEN  submit, transition.lua
+``jobs:{state}``, ``pending``            zset    none                          submit, transition.lua
+``pending:for``, ``pending:records``     hash    none                          transition.lua
+``pending:classes``                      hash    none                          transition.lua, claim.lua
+``pool:changes``                         stream  POOL_CHANGES_MAXLEN           intake.lua, transition.lua,
+                                                                               quarantine_job.lua, sweep
+``seq``, ``ack``                         string  none                          submit; the client
+``epoch``                                string  none                          intake.lua, transition.lua
+``wake:signal``, ``wake:classes`` (set)  list    none                          intake.lua, transition.lua
+``lock:{name}``                          string  its holder's                  maintenance
+``observed:{identity}``                  string  OBSERVED_TTL_S                worker.observations
+``observed``, ``estimates:off``          zset    none                          worker.observations
+``hub:{repo}@{revision}``                string  HUB_CACHE_TTL_S               producer.hub
+``quarantine``                           hash    none                          worker.quarantine
+``requests``                             stream  entries deleted once answered  any client
+``reply:{name}``                         stream  REPLY_TTL_S, REPLY_MAXLEN     worker.requests
+``clients``                              set     none                          the operator
+``client:{client_id}:requests``          stream  entries deleted once answered  that client alone
+``client:{client_id}:replies``           stream  REPLY_TTL_S, REPLY_MAXLEN     worker.requests
+``owned:{client_id}``                    hash    none                          worker.owners
+``stats``                                hash    none                          worker.metrics, intake.lua
+``worker:{name}``, ``workers`` (set)     string  WORKER_TTL_MS                 worker.alive
+``rq:queue:{prefix}``, ``rq:job:{id}``   list    RQ's                          RQ
+``rq:queues``                            set     none                          RQ
+=======================================  ======  ============================  =============================
 
 RQ's own keys for the queue and its jobs live under the prefix too (``worker.queueing`` gives RQ these
 names), so that one key pattern covers a deployment's clients. What a worker writes for its own
