@@ -88,6 +88,25 @@ def apply_rule(r: redis.Redis, rule: str) -> None:
     r.execute_command("ACL", "SETUSER", words[1], "reset", *words[2:])  # type: ignore[no-untyped-call]
 
 
+NO_ACL_FILE = "not configured to use an ACL file"
+"""What Redis answers ``ACL SAVE`` with on a server started without ``aclfile``."""
+
+
+def save_users(r: redis.Redis) -> None:
+    """Write the server's users to its ACL file (``ACL SAVE``), which a restart reads back; users set by
+    ``ACL SETUSER`` alone are gone with the server's next start. A server with no ACL file is a
+    ``ValueError`` that says how to give it one."""
+    try:
+        r.execute_command("ACL", "SAVE")  # type: ignore[no-untyped-call]
+    except redis.ResponseError as e:
+        if NO_ACL_FILE in str(e):
+            raise ValueError(
+                "--save: the server keeps no ACL file, so its users last until it stops: start it with "
+                "--aclfile FILE (a file that exists), or save its users another way (CONFIG REWRITE)"
+            ) from None
+        raise
+
+
 def add_arguments(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "setup-redis", parents=parents, help="operator: load modelplan's functions on the server (once per version)"
@@ -108,6 +127,11 @@ def add_arguments(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--password", help="the user's password (ps shows it: prefer --password-file)")
     p.add_argument("--rq-prefix", help="worker, operator: RQ_KEY_PREFIX of the workers (default {prefix}:rq)")
     p.add_argument("--apply", action="store_true", help="set the user on the server now (ACL SETUSER)")
+    p.add_argument(
+        "--save",
+        action="store_true",
+        help="with --apply: write the server's users to its ACL file (ACL SAVE), so that a restart keeps them",
+    )
     p.set_defaults(func=cmd_acl)
 
 
@@ -149,10 +173,20 @@ def cmd_acl(args: argparse.Namespace) -> int:
             _write_password(args.password_file, password)
         rule = roles.hashed(rule, password)
     print(rule)
+    if args.save and not args.apply:
+        print("modelplan acl: --save goes with --apply (it saves what --apply set)", file=sys.stderr)
+        return 2
     if args.apply:
         client = _client(args)
         client._call(lambda: apply_rule(client.redis, rule))
         print(f"# user {user} set on the server", file=sys.stderr)
+        if args.save:
+            try:
+                client._call(lambda: save_users(client.redis))
+            except ValueError as e:
+                print(f"modelplan acl: {e}", file=sys.stderr)
+                return 2
+            print("# the server's users saved to its ACL file", file=sys.stderr)
     if args.password_file:
         print(
             f"# the environment of {user}'s processes (with the password file, readable by them alone):",

@@ -305,3 +305,39 @@ def test_the_documented_setup_keeps_each_password_in_a_file() -> None:
         for part in command.split("&&"):
             if "modelplan acl" in part:
                 assert "--password-file" in part, part
+
+
+# --- modelplan acl --save ---------------------------------------------------------------------------------
+
+
+def test_acl_save_keeps_the_users_set_across_a_restart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Users set by ACL SETUSER alone are gone when the server starts again; ``--save`` writes them to the
+    server's ACL file, which the restart reads back."""
+    from tests.redis_server import RedisServer
+
+    server = RedisServer()
+    acl = server.dir / "users.acl"
+    acl.write_text("user default on nopass ~* &* +@all\n")
+    server.extra += ["--aclfile", str(acl)]
+    try:
+        server.start()
+        pw = tmp_path / "worker.password"
+        assert main(["acl", "worker", "--password-file", str(pw), "--apply", "--save", "--redis-url", server.url]) == 0
+        assert "modelplan.worker" in acl.read_text()
+        server.restart()
+        login = f"redis://modelplan.worker:{pw.read_text().strip()}@127.0.0.1:{server.port}/0"
+        assert connect(login).ping()
+    finally:
+        server.cleanup()
+
+
+def test_acl_save_on_a_server_with_no_acl_file_says_how_to_give_it_one(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    args = ["acl", "client", "save-1", "--password-file", str(tmp_path / "pw"), "--apply", "--save"]
+    assert main([*args, "--redis-url", redis_url]) == 2
+    err = capsys.readouterr().err
+    assert "--save: the server keeps no ACL file" in err and "--aclfile" in err
+    assert main(["acl", "worker", "--save"]) == 2  # nothing applied: nothing to save
+    assert "--save goes with --apply" in capsys.readouterr().err
