@@ -90,8 +90,8 @@ def test_the_redis_start_gives_the_administrator_its_secret_and_keeps_every_othe
             redis.Redis(port=port).ping()  # no login: refused
         admin = redis.Redis(port=port, password="first-secret")
         assert admin.config_get("notify-keyspace-events")["notify-keyspace-events"] in ("$xK", "K$x", "$Kx")
-        admin.execute_command("ACL", "SETUSER", "modelplan.worker", "on", ">worker-pw", "~*", "+ping")
-        admin.execute_command("ACL", "SAVE")
+        admin.execute_command("ACL", "SETUSER", "modelplan.worker", "on", ">worker-pw", "~*", "+ping")  # type: ignore[no-untyped-call]
+        admin.execute_command("ACL", "SAVE")  # type: ignore[no-untyped-call]
     finally:
         proc.terminate()
         proc.wait(10)
