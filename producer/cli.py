@@ -34,12 +34,12 @@ from producer.refusals import recent_refusals
 from producer.render import (
     FAILED_SHOWN,
     beat_text,
+    commands_text,
     estimates_text,
     job_text,
     nothing_text,
     observed_text,
     options_table,
-    settings_text,
     status_text,
 )
 from producer.settingsargs import settings_from_args
@@ -89,10 +89,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         seen = observed_text(by_estimate[chosen])
         if seen:
             print("\n" + seen)
-        started = settings_text(by_estimate[chosen])
-        if started:
+        if by_estimate[chosen]:
+            request = request_from_repository(
+                repo, model=args.model or default_model(args), context=args.context, model_path=_model_path(args)
+            )
             print()
-            print("each option sized for the engine started with:\n" + started)
+            print("each option's engine, started as it was sized:\n" + commands_text(request, by_estimate[chosen]))
     return 0
 
 
@@ -158,6 +160,17 @@ def default_model(args: argparse.Namespace) -> str:
     return resolved.name or str(resolved)
 
 
+def _model_path(args: argparse.Namespace) -> str | None:
+    """Where the nodes load the model from: ``--model-path``, else the Hub id ``--repo`` names (after
+    ``load_repository``, which turns a Hub page's address into its id); None for a local folder or a
+    listing, which each agent finds under its ``--models-dir``."""
+    if args.model_path:
+        return str(args.model_path)
+    if args.repo and not Path(args.repo).exists():
+        return str(args.repo)
+    return None
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     client = _client(args)
     repo = load_repository(args, client)
@@ -172,6 +185,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         fallback=args.fallback,
         estimate=args.estimate,
         settings=settings_from_args(args),
+        model_path=_model_path(args),
     )
     print(client.submit(req, args.job_id, exists_ok=False))
     return 0
