@@ -201,7 +201,15 @@ def parser(commands: Mapping[str, Handler]) -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = top.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     p = sub.add_parser("plan", help="dry run: every way a repository could run on a pool, best first")
-    p.add_argument("--pool", required=True, metavar="POOL.json", help="a JSON list of node records")
+    p.add_argument("--pool", metavar="POOL.json", help="a JSON list of node records")
+    p.add_argument(
+        "--redis-url",
+        help=f"instead of --pool: the live pool in this Redis, read as a worker reads it, with what the model's "
+        f"engines were observed to hold; nothing is written (default: ${REDIS_URL_ENV} where --pool is not given)",
+    )
+    p.add_argument(
+        "--prefix", help=f"with the live pool: the key prefix (default: ${PREFIX_ENV}, else {DEFAULT_PREFIX})"
+    )
     add_repository_args(p)
     p.add_argument("--artifact", help=ARTIFACT_HELP)
     _model_args(p)
