@@ -398,6 +398,7 @@ def test_arguments_and_their_defaults() -> None:
         "log_level": "INFO",
         "engines": "log",
         "state_dir": None,
+        "simulate": None,
         "models_dir": None,
         "stop_grace": 10.0,
         "redis_url": None,
