@@ -72,7 +72,7 @@ def _plan_on(args: argparse.Namespace, pool: dryrun.PlanPool) -> int:
         model=args.model or default_model(args),
         context=args.context,
         artifact=pinned.name if pinned is not None else None,
-        model_path=_model_path(args),
+        model_path=model_path_of(args),
     )
     seen = _reading(lambda: pool.observe(request))
     chosen = estimate(args.estimate)
@@ -169,7 +169,7 @@ def default_model(args: argparse.Namespace) -> str:
     return resolved.name or str(resolved)
 
 
-def _model_path(args: argparse.Namespace) -> str | None:
+def model_path_of(args: argparse.Namespace) -> str | None:
     """Where the nodes load the model from: ``--model-path``, else the Hub id ``--repo`` names (after
     ``load_repository``, which turns a Hub page's address into its id); None for a local folder or a
     listing, which each agent finds under its ``--models-dir``."""
@@ -194,7 +194,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         fallback=args.fallback,
         estimate=args.estimate,
         settings=settings_from_args(args),
-        model_path=_model_path(args),
+        model_path=model_path_of(args),
     )
     print(client.submit(req, args.job_id, exists_ok=False))
     return 0

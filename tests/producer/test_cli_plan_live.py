@@ -1,15 +1,17 @@
 """``modelplan plan --redis-url``: a dry run on the live pool, read as a worker reads it, with what the
-model's engines were observed to hold; nothing written."""
+model's engines were observed to hold; nothing written. And ``submit --model-path``: where the nodes load
+the model from, carried by the request."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterator
 
 import pytest
 import redis
 
 from producer import Client
-from producer.cli import main
+from producer.cli import main, model_path_of
 from tests.producer.test_cli_plan import EXAMPLES, POOL
 from tests.worker.helpers import hb
 from tests.worker.test_observed import placed, report, vllm
@@ -86,3 +88,29 @@ def test_a_pool_is_asked_for(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     assert "give a pool: a file of node records (--pool) or a Redis (--redis-url" in capsys.readouterr().err
     assert main(["plan", "--pool", POOL, "--redis-url", "redis://x", *LISTING]) == 2
     assert "give one pool" in capsys.readouterr().err
+
+
+def test_submit_carries_where_the_nodes_load_the_model(
+    client: Client, redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["submit", "--redis-url", redis_url, *LISTING, "--context", "8k"]
+    assert main([*args, "--model-path", "/srv/models/llama-8b", "--job-id", "pathed"]) == 0
+    assert main([*args, "--job-id", "plain"]) == 0
+    capsys.readouterr()
+    assert client.get("pathed").request.model_path == "/srv/models/llama-8b"
+    assert client.get("plain").request.model_path is None
+    # a record that names none is stored as before, without the field
+    stored = client.redis.get(client.keys.job("plain"))
+    assert stored is not None and b"model_path" not in stored
+    assert main([*args, "--model-path", "models/llama-8b/x/y", "--job-id", "bad"]) == 2
+    assert "model_path 'models/llama-8b/x/y' is neither a Hub id (org/name) nor an absolute path" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_hub_repository_is_loaded_by_its_id() -> None:
+    hub = argparse.Namespace(model_path=None, repo="meta-llama/Llama-3.1-8B-Instruct")
+    assert model_path_of(hub) == "meta-llama/Llama-3.1-8B-Instruct"
+    assert model_path_of(argparse.Namespace(model_path="/m", repo="meta-llama/Llama-3.1-8B-Instruct")) == "/m"
+    assert model_path_of(argparse.Namespace(model_path=None, repo=str(MODEL))) is None  # a folder here
+    assert model_path_of(argparse.Namespace(model_path=None, repo=None)) is None
