@@ -143,7 +143,7 @@ def cpu_option(model: Path, context: int, estimate: Estimate) -> tuple[Option, l
     options = [o for o in plan(repo, nodes, context, estimate, settings) if o.cpu and o.artifact == model.name]
     if not options:
         raise MeasureError(f"{model}: the plan has no CPU option for it at context {context} on this machine")
-    request = request_from_repository(repo, model=model.stem, context=context)
+    request = request_from_repository(repo, model=model.stem, context=context, model_path=str(model.resolve()))
     return options[0], engine_command(request, options[0])
 
 

@@ -19,27 +19,23 @@ from planner import (
     NO_SETTINGS,
     InvalidInput,
     ModelplanError,
-    parse_pool,
-    plan,
-    pool_nodes,
 )
 from planner.decide import why_unfit
 from planner.longest import longest_context
 from planner.settings import merged
-from producer import cliargs
+from producer import cliargs, dryrun
 from producer.client import Client, request_from_repository
-from producer.limits import read_bounded
-from producer.named import flagged, load_repository, pick_artifact
+from producer.named import load_repository, pick_artifact
 from producer.refusals import recent_refusals
 from producer.render import (
     FAILED_SHOWN,
     beat_text,
+    commands_text,
     estimates_text,
     job_text,
     nothing_text,
     observed_text,
     options_table,
-    settings_text,
     status_text,
 )
 from producer.settingsargs import settings_from_args
@@ -56,43 +52,58 @@ T = TypeVar("T")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    pool = dryrun.read_pool(args)
     try:
-        pool_text = read_bounded(args.pool, "--pool", "pool_bytes").decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidInput(args.pool, "--pool", f"cannot be read: {e}") from e
-    try:
-        nodes = pool_nodes(parse_pool(pool_text, args.pool))
-    except InvalidInput as e:
-        raise flagged(e, {args.pool: "--pool"}) from e
-    repo = load_repository(args)
-    if args.artifact:  # the request a submit with it would make plans that artifact alone
-        repo = replace(repo, artifacts=(pick_artifact(repo, args.artifact),))
+        return _plan_on(args, pool)
+    finally:
+        pool.close()
+
+
+def _plan_on(args: argparse.Namespace, pool: dryrun.PlanPool) -> int:
+    nodes = pool.nodes
+    full = load_repository(args)
+    repo = full
+    pinned = pick_artifact(full, args.artifact) if args.artifact else None
+    if pinned is not None:  # the request a submit with it would make plans that artifact alone
+        repo = replace(full, artifacts=(pinned,))
+    # the request a submit would make: the model as the engines load it, and as observations name it
+    request = request_from_repository(
+        full,
+        model=args.model or default_model(args),
+        context=args.context,
+        artifact=pinned.name if pinned is not None else None,
+        model_path=model_path_of(args),
+    )
+    seen = _reading(lambda: pool.observe(request))
     chosen = estimate(args.estimate)
     settings = merged(settings_from_args(args) or NO_SETTINGS, deployment_settings())
-    by_estimate = {e: plan(repo, nodes, args.context, e, settings) for e in ESTIMATES}
+    by_estimate = {e: dryrun.options(repo, nodes, args.context, e, settings, seen) for e in ESTIMATES}
     if args.json:
+        if pool.live:  # standard output is the JSON alone
+            print(dryrun.pool_line(pool), file=sys.stderr)
         print(json.dumps([o.to_json() for o in by_estimate[chosen]], indent=2))
+        return 0
+    if pool.live:
+        print(dryrun.pool_line(pool) + "\n")
+    if by_estimate[chosen]:
+        print(options_table(by_estimate[chosen]))
+    elif not nodes:
+        print(options_table((), f"{pool.where} has no node"))
     else:
-        if by_estimate[chosen]:
-            print(options_table(by_estimate[chosen]))
-        elif not nodes:
-            print(options_table((), f"the pool in {args.pool} has no node"))
-        else:
-            # what a worker records for such a job, and the context that would fit where a shorter one does
-            why = why_unfit(repo.artifacts, repo.shape, nodes, args.context, chosen, settings)
-            longest = longest_context(repo.artifacts, repo.shape, nodes, args.context, chosen, settings)
-            print(options_table((), why, longest))
-        for note in repo.notes:
-            print(f"note: {note}")
+        # what a worker records for such a job, and the context that would fit where a shorter one does
+        why = why_unfit(repo.artifacts, repo.shape, nodes, args.context, chosen, settings)
+        longest = longest_context(repo.artifacts, repo.shape, nodes, args.context, chosen, settings)
+        print(options_table((), why, longest))
+    for note in repo.notes:
+        print(f"note: {note}")
+    print()
+    print(estimates_text(by_estimate, chosen))
+    seen_text = observed_text(by_estimate[chosen])
+    if seen_text:
+        print("\n" + seen_text)
+    if by_estimate[chosen]:
         print()
-        print(estimates_text(by_estimate, chosen))
-        seen = observed_text(by_estimate[chosen])
-        if seen:
-            print("\n" + seen)
-        started = settings_text(by_estimate[chosen])
-        if started:
-            print()
-            print("each option sized for the engine started with:\n" + started)
+        print("each option's engine, started as it was sized:\n" + commands_text(request, by_estimate[chosen]))
     return 0
 
 
@@ -158,6 +169,17 @@ def default_model(args: argparse.Namespace) -> str:
     return resolved.name or str(resolved)
 
 
+def model_path_of(args: argparse.Namespace) -> str | None:
+    """Where the nodes load the model from: ``--model-path``, else the Hub id ``--repo`` names (after
+    ``load_repository``, which turns a Hub page's address into its id); None for a local folder or a
+    listing, which each agent finds under its ``--models-dir``."""
+    if args.model_path:
+        return str(args.model_path)
+    if args.repo and not Path(args.repo).exists():
+        return str(args.repo)
+    return None
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     client = _client(args)
     repo = load_repository(args, client)
@@ -172,6 +194,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         fallback=args.fallback,
         estimate=args.estimate,
         settings=settings_from_args(args),
+        model_path=model_path_of(args),
     )
     print(client.submit(req, args.job_id, exists_ok=False))
     return 0

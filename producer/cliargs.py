@@ -84,6 +84,18 @@ def tokens(text: str) -> int:
 ARTIFACT_HELP = "pin one artifact: its name, or the quantisation in it (Q4_K_M) where that is one artifact's"
 
 
+def _model_args(p: argparse.ArgumentParser) -> None:
+    """The model's name, and where the nodes load it from."""
+    p.add_argument("--model", help="a name for people, and the name the engine serves it as (default: the folder's)")
+    p.add_argument(
+        "--model-path",
+        metavar="PATH|ORG/NAME",
+        help="where the nodes load the model from: an absolute path on the nodes (a folder, or one .gguf file) "
+        "or a Hub id (default: the Hub id --repo names, else the folder of the model's name under each agent's "
+        "--models-dir)",
+    )
+
+
 def _heartbeat_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-id", required=True, help="the node's id: letters, digits, . _ - (up to 128)")
     p.add_argument("--gpu-class", default="", help='card class such as h100-80g; "" for a CPU node')
@@ -189,9 +201,18 @@ def parser(commands: Mapping[str, Handler]) -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = top.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     p = sub.add_parser("plan", help="dry run: every way a repository could run on a pool, best first")
-    p.add_argument("--pool", required=True, metavar="POOL.json", help="a JSON list of node records")
+    p.add_argument("--pool", metavar="POOL.json", help="a JSON list of node records")
+    p.add_argument(
+        "--redis-url",
+        help=f"instead of --pool: the live pool in this Redis, read as a worker reads it, with what the model's "
+        f"engines were observed to hold; nothing is written (default: ${REDIS_URL_ENV} where --pool is not given)",
+    )
+    p.add_argument(
+        "--prefix", help=f"with the live pool: the key prefix (default: ${PREFIX_ENV}, else {DEFAULT_PREFIX})"
+    )
     add_repository_args(p)
     p.add_argument("--artifact", help=ARTIFACT_HELP)
+    _model_args(p)
     p.add_argument("--json", action="store_true", help="the options as JSON, in rank order")
     p.set_defaults(func=commands["plan"])
 
@@ -217,7 +238,7 @@ def parser(commands: Mapping[str, Handler]) -> argparse.ArgumentParser:
 
     p = sub.add_parser("submit", parents=[redis_args, as_client], help="submit a serve job; prints its id")
     add_repository_args(p)
-    p.add_argument("--model", help="a name for people (default: the folder's)")
+    _model_args(p)
     p.add_argument("--artifact", help=ARTIFACT_HELP)
     p.add_argument("--priority", type=int, default=0, help=f"0 to {PRIORITY_MAX}, higher first (default 0)")
     p.add_argument("--job-id", help="your own id (letters, digits, . _ -): submitting it again says what it is")

@@ -93,3 +93,20 @@ METRICS_HEAD_BYTES = 8192
 
 METRICS_POLL_S = 0.5
 """How often the accepting thread looks for connections past their deadline, and for being stopped."""
+
+
+SIMULATED_CARDS: dict[str, tuple[str, int]] = {
+    "h100-80g": ("NVIDIA H100 80GB HBM3", 81559),
+    "h200-140g": ("NVIDIA H200", 143771),
+    "a100-40g": ("NVIDIA A100-SXM4-40GB", 40960),
+    "a100-80g": ("NVIDIA A100-SXM4-80GB", 81920),
+    "l40s-48g": ("NVIDIA L40S", 46068),
+    "a10g-24g": ("NVIDIA A10G", 23028),
+    "rtx-4090-24g": ("NVIDIA GeForce RTX 4090", 24564),
+}
+"""The card classes ``modelplan agent --simulate`` offers: each card's name and memory.total in MiB as
+nvidia-smi and NVML report them (the H200's from tests/data/h200; the others as producer/agent/labels.py
+and docs/OPERATING.md give them), so that a simulated card gets the class label and size a real one does."""
+
+SIMULATED_MAX_CARDS = 64
+"""The most cards ``--simulate`` gives a node: more than any server holds, few enough to catch a typo."""

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from planner import Estimate, Option
+from producer.agent.engines import HEAD_SHOWN, MODELS_DIR_SHOWN, engine_command, replica_commands, shown
 from producer.client import as_of_state
 from producer.refusals import Recent, Refusal
 from worker import observed
@@ -14,7 +15,7 @@ from worker.beats import Beat
 from worker.conflicts import ConflictRecord
 from worker.observed import Kind, Run
 from worker.pool import Snapshot
-from worker.records import JobRecord, JobState
+from worker.records import JobRecord, JobState, ServeRequest
 
 _HEADERS = ("#", "artifact", "bits", "engine", "where", "need / have GiB", "hosts", "now")
 
@@ -53,14 +54,39 @@ def options_table(opts: Sequence[Option], why: str = "", longest: int | None = N
     return "\n".join(lines)
 
 
-def settings_text(opts: Sequence[Option]) -> str:
-    """What each option was sized for the engine to be started with (its ``settings``), once for each set:
-    ``#1,3 vllm: --max-num-batched-tokens 8192 ...``."""
-    by_settings: dict[tuple[str, ...], list[str]] = {}
-    for i, o in enumerate(opts, 1):
-        if o.settings:
-            by_settings.setdefault((o.engine, *o.settings), []).append(str(i))
-    return "\n".join(f"#{','.join(n)} {engine}: {' '.join(args)}" for (engine, *args), n in by_settings.items())
+def commands_text(request: ServeRequest, opts: Sequence[Option]) -> str:
+    """The whole command line each option runs its engine with, as a shell takes it: ``#1 vllm serve ...``;
+    then what stands for what only a node knows, where a command shows it."""
+    lines = [f"#{i} {shown(engine_command(request, o))}" for i, o in enumerate(opts, 1)]
+    return "\n".join(lines + placeholders_text(lines))
+
+
+def placeholders_text(lines: Sequence[str]) -> list[str]:
+    """What ``MODELS_DIR`` and ``HEAD_NODE`` stand for, for each that ``lines`` show."""
+    said = []
+    if any(MODELS_DIR_SHOWN + "/" in line for line in lines):
+        said.append(
+            f"{MODELS_DIR_SHOWN}: the node agent's --models-dir (the request names no --model-path and its model "
+            "is no Hub id)"
+        )
+    if any(HEAD_SHOWN in line for line in lines):
+        said.append(
+            f"{HEAD_SHOWN}: the replica's first node; each other node runs the same line with its own "
+            "--node-rank and --headless"
+        )
+    return said
+
+
+def job_command_lines(rec: JobRecord) -> list[str]:
+    """A job's engine command lines: its best option's, then, for each replica placed over several nodes,
+    each node's own part."""
+    if rec.option is None:
+        return []
+    lines = [f"  engine:  {shown(engine_command(rec.request, rec.option))}"]
+    for rep in rec.replicas:
+        if len(rep.placement) > 1:
+            lines += [f"  replica {rep.index} on {node}: {shown(cmd)}" for node, cmd in replica_commands(rec, rep)]
+    return lines + [f"  ({said})" for said in placeholders_text(lines)]
 
 
 def observed_line(o: Option) -> str:
@@ -155,8 +181,7 @@ def job_text(rec: JobRecord, workers: int | None = None) -> str:
     if rec.reason:
         lines.append(f"  reason:  {rec.reason}")
     lines.append(f"  updated: {rec.updated_at.isoformat()} (version {rec.version}, planned {rec.attempts}x)")
-    if rec.option is not None and rec.option.settings:  # what the best option was sized for the engine to run
-        lines.append(f"  engine:  {' '.join(rec.option.settings)}")
+    lines += job_command_lines(rec)  # what the engines run, as the plan sized them
     return "\n".join(lines)
 
 
@@ -295,8 +320,8 @@ def status_text(
 ) -> str:
     """The pool drawn as cards, then each node id two agents publish under and each kind of write the
     server's ACL refused a login (``Recent``: the latest only, said since when), then the jobs at a glance
-    (the ``failed`` named, with why, and how many more) and the engine settings each job's best option was
-    sized for, then the models whose estimate was furthest from what their engines were seen to hold
+    (the ``failed`` named, with why, and how many more) and the whole engine command line of each job's best
+    option, as it was sized, then the models whose estimate was furthest from what their engines were seen to hold
     (``off``), then one line for each stored record that does not parse. ``workers``: how many workers are
     running, said below the pool."""
     n = len(snap.records)
@@ -307,10 +332,9 @@ def status_text(
     out.append("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if any(counts.values()) else "no jobs")
     out += failed_lines(failed, counts.get(JobState.FAILED.value, 0))
     out += [_table([job_row(r) for r in jobs])] if jobs else []
-    # what each job's best option was sized for the engine to be started with
-    out += [
-        f"{r.job_id} {r.option.engine}: {' '.join(r.option.settings)}" for r in jobs if r.option and r.option.settings
-    ]
+    # the engine command line of each job's best option, as the plan sized it
+    commands = [f"{r.job_id}: {shown(engine_command(r.request, r.option))}" for r in jobs if r.option]
+    out += commands + placeholders_text(commands)
     out += ["estimates furthest off what the engines held:", *(off_line(*o) for o in off)] if off else []
     for key, found in sorted((quarantined or {}).items()):
         action = f" ({found['action']})" if found.get("action") else ""

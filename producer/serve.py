@@ -21,6 +21,7 @@ def request_from_repository(
     fallback: bool = False,
     estimate: Estimate | None = None,
     settings: Settings | None = None,
+    model_path: str | None = None,
 ) -> ServeRequest:
     return parse_request(
         {
@@ -51,6 +52,7 @@ def request_from_repository(
             "fallback": fallback,
             "estimate": estimate,
             "settings": settings.model_dump(exclude_none=True) if settings is not None else None,
+            "model_path": model_path,
         }
     )
 

@@ -57,7 +57,7 @@ def test_the_planner_reads_the_shape_it_was_written_with(small_gguf: Path) -> No
 def test_the_command_is_the_cpu_option_s(small_gguf: Path) -> None:
     option, command = llamacpp.cpu_option(small_gguf, 4096, "measured")
     assert option.cpu and option.engine == "llamacpp" and option.artifact == "tiny.gguf"
-    assert command[:3] == ["llama-server", "-m", "tiny.gguf"]
+    assert command[:3] == ["llama-server", "-m", str(small_gguf.resolve())]
     assert command[command.index("-c") + 1] == "4096" and command[-2:] == ["-ngl", "0"]
 
 

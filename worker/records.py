@@ -7,6 +7,7 @@ record carries ``schema_version`` so that a reader can tell what it holds.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
@@ -82,6 +83,11 @@ def as_json(data: Any, source: str) -> str:
         raise InvalidInput(source, "(record)", f"not JSON data: {str(e)[:80]}") from e
 
 
+MODEL_PATH = re.compile(r"/[^\x00-\x1f\x7f]*|[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+"""A request's ``model_path``: an absolute path (no control character), or a Hub id as ``producer.hub``'s
+``REPO_ID_PATTERN`` has it."""
+
+
 class ServeRequest(BaseModel):
     """What a service asks to run: a repository's artifacts and model shape, resolved on the client side so
     that workers need no access to the files, with the context, priority and an optional pinned artifact."""
@@ -104,11 +110,21 @@ class ServeRequest(BaseModel):
     settings: Settings | None = None
     """The engines' settings that move memory (``planner.settings``); each one left out: the deployment's,
     else the engine's default on the card."""
+    # left out of the record when None: a request that names none reads as before to an older modelplan
+    model_path: str | None = Field(default=None, min_length=1, max_length=1024, exclude_if=lambda v: v is None)
+    """Where the nodes load the model from: a Hub id (``org/name``) or an absolute path on the nodes (a
+    folder of the original weights or of the GGUF files, or one ``.gguf`` file). None: ``model`` where it is
+    a Hub id, else the folder of that name under each agent's ``--models-dir``
+    (``producer.agent.engines``)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ServeRequest:
         if not self.model.isprintable():
             raise ValueError("model holds control characters")
+        if self.model_path is not None and not MODEL_PATH.fullmatch(self.model_path):
+            raise ValueError(
+                f"model_path {self.model_path[:80]!r} is neither a Hub id (org/name) nor an absolute path on the nodes"
+            )
         names = [a.name for a in self.artifacts]
         if len(set(names)) != len(names):
             raise ValueError("artifacts: two artifacts share a name")

@@ -44,6 +44,9 @@ class Heartbeat(NodeReport):
         default_factory=dict, max_length=MAX_STARTED, exclude_if=lambda v: not v
     )
     """Started holds whose engine ended while the hold is still on the node, with why (``exit status 1``)."""
+    simulated: bool = Field(default=False, exclude_if=lambda v: not v)
+    """The cards are simulated (``modelplan agent --simulate``), not read from the driver; left out of the
+    JSON for real cards."""
     seq: int = Field(ge=0, le=SEQ_MAX)
     """Last of the report's fields, so that a stored record is what a plan reads, then the seq, then when
     it arrived: ``heartbeat.lua`` tells a refresh from the text before the seq."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import signal
 import socket
@@ -12,9 +13,12 @@ import threading
 from pathlib import Path
 
 from planner.errors import InvalidInput
+from producer import constants as K
 from producer.agent.engine_state import default_state_dir
+from producer.agent.hooks import log_start
 from producer.agent.loop import Agent
 from producer.agent.probes import Reader, SystemReader, read_boot_id
+from producer.agent.simulated import SimulatedReader
 from producer.agent.supervise import DEFAULT_STOP_GRACE_S, Supervisor
 from producer.client import Client
 from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
@@ -62,6 +66,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: $XDG_STATE_HOME/modelplan/agent, else ~/.local/state/modelplan/agent)",
     )
     parser.add_argument(
+        "--simulate",
+        metavar="COUNTxCLASS|cpu",
+        help="report simulated cards instead of reading NVML or nvidia-smi: 8xh100-80g, 2xl40s-48g (classes: "
+        + ", ".join(sorted(K.SIMULATED_CARDS))
+        + "), or cpu for none; the heartbeats say simulated: true",
+    )
+    parser.add_argument(
+        "--models-dir",
+        metavar="DIR",
+        help="where the engines load a model from when its request names no --model-path and its model no "
+        "Hub id: DIR/<the model's name> (a folder of its original weights or GGUF files)",
+    )
+    parser.add_argument(
         "--stop-grace",
         type=float,
         default=DEFAULT_STOP_GRACE_S,
@@ -85,12 +102,18 @@ def run_from_args(args: argparse.Namespace, *, reader: Reader | None = None) -> 
     # in a dry run standard output carries the heartbeats, so the log goes to standard error
     configure_logging(args.log_level, sys.stderr if args.dry_run else sys.stdout)
     client = None if args.dry_run else Client.from_url(default_redis_url(args.redis_url), default_prefix(args.prefix))
-    reader = reader or SystemReader()
+    if reader is None:
+        reader = SimulatedReader.of(args.simulate) if args.simulate else SystemReader()
+    models_dir = str(Path(args.models_dir).resolve()) if args.models_dir else None
     boot_id = read_boot_id()
     supervisor = None
     if args.engines == "run" and client is not None:
         supervisor = Supervisor(
-            args.state_dir or default_state_dir(), boot_id=boot_id, reader=reader, stop_grace=args.stop_grace
+            args.state_dir or default_state_dir(),
+            boot_id=boot_id,
+            reader=reader,
+            stop_grace=args.stop_grace,
+            models_dir=models_dir,
         )
     agent = Agent(
         args.node_id or socket.gethostname(),
@@ -99,6 +122,7 @@ def run_from_args(args: argparse.Namespace, *, reader: Reader | None = None) -> 
         gpu_class=args.gpu_class,
         fabric=args.fabric,
         boot_id=boot_id,
+        start_hook=functools.partial(log_start, models_dir=models_dir),
         supervisor=supervisor,
     )
 

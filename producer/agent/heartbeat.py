@@ -26,6 +26,7 @@ def heartbeat_dict(
     started_host_gb: float = 0.0,
     footprints: Mapping[str, Footprint] | None = None,
     ended: Mapping[str, str] | None = None,
+    simulated: bool = False,
 ) -> dict[str, Any]:
     """The heartbeat of a node with ``cards`` (all of one class) and ``memory``.
 
@@ -39,7 +40,8 @@ def heartbeat_dict(
     workers do once the hold is listed in ``started``. Free RAM is what is available less what started
     holds reserve and do not use yet: at most the total less their reservations. ``footprints`` are what
     some started holds' engines were measured to hold, ``ended`` why some of their engines ended; each key is
-    left out when there is none.
+    left out when there is none. ``simulated``: the cards are ``modelplan agent --simulate``'s, said as
+    ``"simulated": true`` (left out for real cards).
     """
     given = set(taken)
     label = gpu_class if gpu_class is not None else (cards[0].label if cards else "")
@@ -70,6 +72,8 @@ def heartbeat_dict(
         data["footprints"] = {h: fp.model_dump(mode="json") for h, fp in footprints.items()}
     if ended:
         data["ended"] = {h: _said(why) for h, why in ended.items()}
+    if simulated:
+        data["simulated"] = True
     return data
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import shlex
 from typing import Protocol
 
-from producer.agent.engines import engine_command, engine_env, replica_of
+from producer.agent.engines import engine_env, node_command, node_part, replica_of, shown
 from worker import logs
 from worker.ids import job_of_hold
 from worker.records import JobRecord, Reservation
@@ -33,15 +32,19 @@ class StopHook(Protocol):
     def __call__(self, hold_id: str, cards: tuple[int, ...]) -> None: ...
 
 
-def log_start(job: JobRecord, reservation: Reservation, cards: tuple[int, ...]) -> None:
-    """The default start hook: logs what it would start (``engine_start_planned``) and starts nothing."""
+def log_start(
+    job: JobRecord, reservation: Reservation, cards: tuple[int, ...], *, models_dir: str | None = None
+) -> None:
+    """The default start hook: logs what it would start (``engine_start_planned``) and starts nothing;
+    ``models_dir`` is the agent's ``--models-dir``."""
     replica = replica_of(job, reservation.hold_id)
     if replica is None or replica.option is None:  # the agent checks before calling
         return
     option = replica.option
-    command = engine_command(job.request, option)
+    command = node_command(job, reservation, models_dir)
     # pipeline parallel over several nodes: which stage this node is (one hold id names all its nodes)
-    rank = next(i for i, r in enumerate(replica.placement) if r.node_id == reservation.node_id)
+    part = node_part(replica, reservation.node_id)
+    rank = part.rank if part is not None else 0
     log.info(
         "engine_start_planned",
         job_id=job.job_id,
@@ -55,7 +58,7 @@ def log_start(job: JobRecord, reservation: Reservation, cards: tuple[int, ...]) 
         node_rank=rank,
         nodes=len(replica.placement),
         command=command,
-        command_line=shlex.join(command),
+        command_line=shown(command),
     )
 
 

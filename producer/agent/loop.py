@@ -155,6 +155,7 @@ class Agent:
             started_host_gb=sum(s.host_gb for s in self.started.values()),
             footprints=self.footprints(),
             ended=self.ended(),
+            simulated=bool(getattr(self.reader, "simulated", False)),  # modelplan agent --simulate
         )
         return parse_heartbeat(data, f"heartbeat of {self.node_id}")
 

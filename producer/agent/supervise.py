@@ -1,7 +1,7 @@
 """The ``run`` start hook (``modelplan agent --engines run``): each hold placed on the node gets its engine
 as a child process, supervised across ticks and across restarts of the agent.
 
-- ``start`` launches the option's command line (``engine_command`` plus ``--host 127.0.0.1 --port N`` on a
+- ``start`` launches the node's command line (``node_command`` plus ``--host 127.0.0.1 --port N`` on a
   free port; llama-server and ``vllm serve`` both take these) with ``engine_env(cards)`` added to the
   environment, in a process group of its own, its output to ``logs/{hold_id}.log``, and writes
   ``holds/{hold_id}.json`` (``engine_state``). It returns once the process is launched.
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from producer.agent.engine_state import EngineRecord, Store, proc_stat, read_log
-from producer.agent.engines import engine_command, engine_env, replica_of
+from producer.agent.engines import engine_env, node_command, replica_of
 from producer.agent.footprint import Steady, measure
 from producer.agent.measuring import Measure, Steadiness, SteadinessFactory
 from worker import logs
@@ -102,7 +102,8 @@ class _Engine:
 
 class Supervisor:
     """The engines of this node's holds. ``wrap`` turns the engine's command line into the one run (tests
-    run a stand-in engine with it); ``measure`` and ``steadiness`` say what an engine holds."""
+    run a stand-in engine with it); ``measure`` and ``steadiness`` say what an engine holds; ``models_dir``
+    is where the agent's ``--models-dir`` keeps models a request names no place for."""
 
     def __init__(
         self,
@@ -114,8 +115,10 @@ class Supervisor:
         wrap: Callable[[list[str]], list[str]] = list,
         measure: Measure = measure,
         steadiness: SteadinessFactory = Steady,
+        models_dir: str | None = None,
     ) -> None:
         self.store = Store(state_dir)
+        self.models_dir = models_dir
         self.boot_id = boot_id
         self.reader = reader
         self.stop_grace = stop_grace
@@ -160,7 +163,7 @@ class Supervisor:
             raise ValueError(f"hold {hold!r} is not a replica of job {job.job_id!r} with an option")
         option = replica.option
         port = free_port()
-        command = self.wrap([*engine_command(job.request, option), "--host", HOST, "--port", str(port)])
+        command = self.wrap([*node_command(job, reservation, self.models_dir), "--host", HOST, "--port", str(port)])
         self.store.ensure()
         log_path = self.store.log_path(hold)
         pid = spawn(command, {**os.environ, **engine_env(cards)}, log_path)

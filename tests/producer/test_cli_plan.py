@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -37,10 +38,49 @@ def test_table_on_a_listing(capsys: pytest.CaptureFixture[str]) -> None:
         ["*", "measured"],
         ["seed", "Meta-Llama-3-8B-Instruct-BF16.gguf"],
     ]
-    # then the settings each option was sized for: llama-server's defaults, the same on every card
-    assert started.splitlines()[1:] == [
-        "#1,2,3,4,5,6,7,8 llamacpp: -c 8192 -fa on -b 2048 -ub 512 -ctk f16 -ctv f16 --cache-ram 0",
+    # then each option's whole command line, with the settings it was sized for: llama-server's defaults,
+    # the same on every card
+    commands = started.splitlines()[1:]
+    sized = "-c 8192 -fa on -b 2048 -ub 512 -ctk f16 -ctv f16 --cache-ram 0"
+    assert commands[0] == (
+        "#1 llama-server -m MODELS_DIR/llama-3-8b-gguf/Meta-Llama-3-8B-Instruct-BF16.gguf --alias llama-3-8b-gguf "
+        f"{sized} -ngl 999 --split-mode layer"
+    )
+    assert commands[7] == (
+        "#8 llama-server -m MODELS_DIR/llama-3-8b-gguf/Meta-Llama-3-8B-Instruct-BF16.gguf --alias llama-3-8b-gguf "
+        f"{sized} -ngl 0"
+    )
+    assert all(f" {sized} -ngl " in c for c in commands[:8])
+    assert commands[8:] == [
+        "MODELS_DIR: the node agent's --models-dir (the request names no --model-path and its model is no Hub id)"
     ]
+
+
+def test_the_commands_name_the_model_where_the_nodes_have_it(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "--pool", POOL, *listing("llama-3.1-70b-instruct"), "--context", "8k"]
+    assert main([*args, "--model-path", "/srv/models/Llama 3.1 70B", "--model", "llama-70b"]) == 0
+    commands = capsys.readouterr().out.split("\n\n")[-1].splitlines()[1:]
+    one, two = (shlex.split(c.partition(" ")[2]) for c in commands[:2])
+    assert one[:12] == [
+        "vllm", "serve", "/srv/models/Llama 3.1 70B", "--served-model-name", "llama-70b",
+        "--tensor-parallel-size", "4", "--pipeline-parallel-size", "1", "--max-model-len", "8192",
+        "--max-num-batched-tokens",
+    ]  # fmt: skip
+    # over two nodes: the head's part, the head named by a placeholder said below
+    assert two[two.index("--pipeline-parallel-size") + 1] == "2"
+    assert two[-10:] == [
+        "--distributed-executor-backend", "mp", "--nnodes", "2", "--node-rank", "0", "--master-addr", "HEAD_NODE",
+        "--master-port", "29501",
+    ]  # fmt: skip
+    assert commands[2:] == [
+        "HEAD_NODE: the replica's first node; each other node runs the same line with its own --node-rank and "
+        "--headless"
+    ]
+    # a Hub id names itself
+    assert main([*args, "--model-path", "meta-llama/Llama-3.1-70B-Instruct"]) == 0
+    assert "#1 vllm serve meta-llama/Llama-3.1-70B-Instruct --served-model-name llama-3.1-70b-instruct " in (
+        capsys.readouterr().out
+    )
 
 
 def test_json_on_a_listing(capsys: pytest.CaptureFixture[str]) -> None:

@@ -87,6 +87,12 @@ def test_settings_on_the_submit_command_line_reach_the_request_and_the_job_text(
     rec = client.get("slots")
     assert rec.request.settings is not None and rec.request.settings.llamacpp.parallel == 2
     assert rec.option is not None and rec.option.settings[:6] == ("-c", "8192", "-np", "2", "-fa", "off")
-    assert job_text(rec).splitlines()[-1] == "  engine:  " + " ".join(rec.option.settings)
+    # the whole command line, the settings in it, shown as a shell takes it
+    whole = "llama-server -m MODELS_DIR/llama-3-8b-gguf/Meta-Llama-3-8B-Instruct-Q4_K_M.gguf --alias llama-3-8b-gguf "
+    whole += " ".join(rec.option.settings) + " -ngl 999 --split-mode layer"
+    assert job_text(rec).splitlines()[-2:] == [
+        "  engine:  " + whole,
+        "  (MODELS_DIR: the node agent's --models-dir (the request names no --model-path and its model is no Hub id))",
+    ]
     assert main(["status", "--redis-url", redis_url]) == 0
-    assert "slots llamacpp: " + " ".join(rec.option.settings) in capsys.readouterr().out.splitlines()
+    assert "slots: " + whole in capsys.readouterr().out.splitlines()

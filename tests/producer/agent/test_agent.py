@@ -17,7 +17,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from planner.errors import InvalidInput
-from planner.model import Artifact, Option
+from planner.model import Option
 from planner.pool import ID_REGEX
 from producer import Client
 from producer import constants as K
@@ -306,14 +306,16 @@ def test_a_node_of_mixed_cards_reports_its_most_common_model() -> None:
 def test_engine_command_lines() -> None:
     gguf = request("llama-3-8b-gguf", context=8192)
     q4 = "Meta-Llama-3-8B-Instruct-Q4_K_M.gguf"
+    model = f"/models/llama-3-8b-gguf/{q4}"
     on_cards = Option(artifact=q4, format="gguf", engine="llamacpp", gpu_class="h200-140g", gpus_per_node=2, nodes=1)
-    assert engine_command(gguf, on_cards) == [
-        "llama-server", "-m", q4, "-c", "8192", "-ngl", "999", "--split-mode", "layer"
+    assert engine_command(gguf, on_cards, models_dir="/models") == [
+        "llama-server", "-m", model, "--alias", "llama-3-8b-gguf", "-c", "8192", "-ngl", "999",
+        "--split-mode", "layer", "--tensor-split", "1,1",
     ]  # fmt: skip
     on_cpu = Option(artifact=q4, format="gguf", engine="llamacpp", cpu=True)
-    assert engine_command(gguf, on_cpu) == ["llama-server", "-m", q4, "-c", "8192", "-ngl", "0"]
-    split = gguf.model_copy(update={"artifacts": (Artifact("big-Q8_0", "gguf", 3 << 30, shards=3, quant="Q8_0"),)})
-    assert engine_command(split, replace(on_cpu, artifact="big-Q8_0"))[2] == "big-Q8_0-00001-of-00003.gguf"
+    assert engine_command(gguf, on_cpu, models_dir="/models") == [
+        "llama-server", "-m", model, "--alias", "llama-3-8b-gguf", "-c", "8192", "-ngl", "0"
+    ]  # fmt: skip
     vllm = Option(
         artifact="original",
         format="safetensors",
@@ -323,17 +325,19 @@ def test_engine_command_lines() -> None:
         gpus_per_node=8,
         nodes=2,
     )
-    assert engine_command(request("llama-3.1-70b-instruct", context=32768), vllm) == [
-        "vllm", "serve", "llama-3.1-70b-instruct", "--tensor-parallel-size", "8", "--pipeline-parallel-size", "2",
-        "--max-model-len", "32768", "--gpu-memory-utilization", "0.9",
+    assert engine_command(request("llama-3.1-70b-instruct", context=32768), vllm, models_dir="/models")[:13] == [
+        "vllm", "serve", "/models/llama-3.1-70b-instruct", "--served-model-name", "llama-3.1-70b-instruct",
+        "--tensor-parallel-size", "8", "--pipeline-parallel-size", "2", "--max-model-len", "32768",
+        "--gpu-memory-utilization", "0.9",
     ]  # fmt: skip
     # an option that carries the settings it was sized for starts the engine with them
     slots = replace(on_cards, settings=("-c", "32768", "-np", "4", "-fa", "off", "-ub", "1024"))
-    assert engine_command(gguf, slots) == [
-        "llama-server", "-m", q4, "-c", "32768", "-np", "4", "-fa", "off", "-ub", "1024",
-        "-ngl", "999", "--split-mode", "layer",
+    assert engine_command(gguf, slots, models_dir="/models") == [
+        "llama-server", "-m", model, "--alias", "llama-3-8b-gguf", "-c", "32768", "-np", "4", "-fa", "off",
+        "-ub", "1024", "-ngl", "999", "--split-mode", "layer", "--tensor-split", "1,1",
     ]  # fmt: skip
-    eager = replace(vllm, settings=("--max-num-seqs", "256", "--gpu-memory-utilization", "0.8", "--enforce-eager"))
+    sized = ("--max-num-seqs", "256", "--gpu-memory-utilization", "0.8", "--enforce-eager")
+    eager = replace(vllm, nodes=1, settings=sized)
     assert engine_command(request("llama-3.1-70b-instruct", context=32768), eager)[-6:] == [
         "32768", "--max-num-seqs", "256", "--gpu-memory-utilization", "0.8", "--enforce-eager"
     ]  # fmt: skip
@@ -394,6 +398,8 @@ def test_arguments_and_their_defaults() -> None:
         "log_level": "INFO",
         "engines": "log",
         "state_dir": None,
+        "simulate": None,
+        "models_dir": None,
         "stop_grace": 10.0,
         "redis_url": None,
         "prefix": None,
@@ -550,7 +556,8 @@ def test_the_default_hooks_log_what_they_would_run(client: Client) -> None:
     }
     # the settings the plan sized the card for: vLLM's defaults on an 80 GiB card that is not an A100
     assert planned["command_line"] == (
-        "vllm serve llama-3.1-8b-instruct --tensor-parallel-size 1 --pipeline-parallel-size 1 "
+        "vllm serve MODELS_DIR/llama-3.1-8b-instruct --served-model-name llama-3.1-8b-instruct "
+        "--tensor-parallel-size 1 --pipeline-parallel-size 1 "
         "--max-model-len 8192 --max-num-batched-tokens 8192 --max-num-seqs 1024 --gpu-memory-utilization 0.9 "
         "--kv-cache-dtype auto"
     )
