@@ -189,8 +189,18 @@ def change_for(
                 clear += [(r.node_id, r.hold_id, old_class) for r in old.placement]
         else:
             placement = old.placement if old is not None else ()
+        # what its engine does stays with the hold it was reported of; what start failures taught stays too
+        kept = old.engine if old is not None and old.engine is not None and not rp.moved else None
         replicas.append(
-            Replica(index=rp.index, state=rp.state, option=rp.option, placement=placement, wait=_wait_record(rp.wait))
+            Replica(
+                index=rp.index,
+                state=rp.state,
+                option=rp.option,
+                placement=placement,
+                wait=_wait_record(rp.wait),
+                engine=kept,
+                start_failures=old.start_failures if old is not None else 0,
+            )
         )
     for d in plan.dropped:
         clear += [(r.node_id, r.hold_id, old_class) for r in by_index[d.index].placement]
