@@ -1,4 +1,4 @@
-"""The ``run`` start hook with real processes: a stand-in engine (``standin_engine.py``) started for a hold
+"""The ``run`` start hook with real processes: a stand-in engine (``producer/standin.py``) started for a hold
 placed on a CPU node, asked for its health, measured, stopped on release (TERM, KILL after the grace),
 adopted by an agent started again, and noticed when it dies."""
 
@@ -20,6 +20,7 @@ from structlog.testing import capture_logs
 
 from planner.errors import InvalidInput
 from producer import Client
+from producer import standin as standin_module
 from producer.agent import Agent, Card, HostMemory, SystemReader, run_from_args
 from producer.agent.engine_state import EngineRecord, Store, default_state_dir, proc_stat
 from producer.agent.supervise import Supervisor
@@ -28,7 +29,7 @@ from tests.worker.helpers import drain, request
 from worker import maintenance
 from worker.records import JobRecord, JobState, Reservation
 
-STANDIN = str(Path(__file__).with_name("standin_engine.py"))
+STANDIN = str(Path(standin_module.__file__).resolve())
 BOOT = "boot-1"
 WAIT_S = 60.0  # a bound on waiting for a process, not a speed assertion
 HOLD_MIB = 48
@@ -46,7 +47,7 @@ class CpuReader:
 def standin(tag: Path, *extra: str) -> Callable[[list[str]], list[str]]:
     """The engine's command line with the stand-in in place of ``llama-server``, tagged with the test's
     folder (an option the stand-in ignores) so that the test can find its own stand-ins."""
-    return lambda argv: [sys.executable, STANDIN, *argv[1:], "--hold-mib", str(HOLD_MIB), "--tag", str(tag), *extra]
+    return lambda argv: [sys.executable, "-P", STANDIN, *argv, "--hold-mib", str(HOLD_MIB), "--tag", str(tag), *extra]
 
 
 def standins(tag: Path) -> list[int]:
@@ -288,7 +289,7 @@ def test_engines_run_starts_the_engine_on_path_and_log_starts_nothing(
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "llama-server"  # the stand-in under the engine's name, first on PATH
-    fake.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@" --hold-mib {HOLD_MIB} --tag {tmp_path}\n')
+    fake.write_text(f'#!/bin/sh\nexec "{sys.executable}" -P "{STANDIN}" "$@" --hold-mib {HOLD_MIB} --tag {tmp_path}\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
