@@ -13,10 +13,12 @@ VLLM_CACHE = (
 )
 VLLM_TORCH = (
     "(VllmWorkerProcess pid=195295) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] torch.OutOfMemoryError: "
-    "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 2 has a total capacity of 14.62 GiB of which 3.31 MiB is free."
+    "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 2 has a total capacity of 14.62 GiB of which 3.31 MiB "
+    "is free."
 )
 LLAMA_WEIGHTS = [
-    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144817.04 MiB on device 0: cudaMalloc failed: out of memory",
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144817.04 MiB on device 0: cudaMalloc failed: "
+    "out of memory",
     "alloc_tensor_range: failed to allocate CUDA0 buffer of size 151851674624",
     "llama_model_load: error loading model: unable to allocate CUDA0 buffer",
 ]
