@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
 import redis
 
+from producer.errors import NotServing
 from producer.ownstream import OwnStream
 from producer.relayed import Relayed, Stored
 from producer.serve import request_from_folder, request_from_listing, request_from_repository
@@ -44,6 +46,27 @@ from worker.scripts import text
 T = TypeVar("T")
 
 __all__ = ["BeatLog", "Client", "request_from_folder", "request_from_listing", "request_from_repository"]
+
+
+def serving(rec: JobRecord) -> bool:
+    """Whether every replica the job wants is placed and its engine serves, on the hold it holds now."""
+    reps = [r for r in rec.replicas if r.placement]
+    return (
+        rec.state is JobState.PLACED
+        and len(reps) == rec.wanted > 0
+        and all(
+            r.engine is not None and r.engine.state == "serving" and r.engine.hold_id == r.placement[0].hold_id
+            for r in reps
+        )
+    )
+
+
+def serving_or_dead(rec: JobRecord) -> bool:
+    """Whether ``serving``, or some replica's engine on the hold it holds now ended or failed to start."""
+    return serving(rec) or any(
+        r.engine is not None and r.engine.dead and r.placement and r.engine.hold_id == r.placement[0].hold_id
+        for r in rec.replicas
+    )
 
 
 def as_of_state(rec: JobRecord) -> JobRecord:
@@ -168,7 +191,14 @@ class Client:
     def get(self, job_id: str) -> JobRecord:
         return self.operations.get(job_id)
 
-    def watch(self, job_id: str, timeout: float = 60.0, *, through_waiting: bool = False) -> Iterator[JobRecord]:
+    def watch(
+        self,
+        job_id: str,
+        timeout: float = 60.0,
+        *,
+        through_waiting: bool = False,
+        until: Callable[[JobRecord], bool] | None = None,
+    ) -> Iterator[JobRecord]:
         """Yield the job's record now and at each change, until it is placed, waiting or over (failed,
         cancelled, released), or ``timeout`` seconds pass. Reads the job's stream; does not poll. Each
         record's reason is that of its state (``as_of_state``).
@@ -176,14 +206,21 @@ class Client:
         A waiting job waits for its hardware to free, for as long as that takes: the watch returns with
         its record, which says what it waits for. With ``through_waiting`` it watches on until the job is
         placed or over. Whichever way it ends, the last record yielded is the job's state then: one still
-        queued, planning or (with ``through_waiting``) waiting means the timeout passed first."""
+        queued, planning or (with ``through_waiting``) waiting means the timeout passed first. ``until``:
+        watch on, past a placed record too, until it holds of the record or the job is over."""
         stream = self.keys.job_events(job_id)
         last = self._call(lambda: self.redis.xrevrange(stream, count=1))
         last_id = text(last[0][0]) if last else "0-0"
         rec = self.get(job_id)
         yield as_of_state(rec)
         deadline = time.monotonic() + timeout
-        while not (rec.state.settled or (rec.state is JobState.WAITING and not through_waiting)):
+
+        def done(rec: JobRecord) -> bool:
+            if until is not None:
+                return rec.state.final or until(rec)
+            return rec.state.settled or (rec.state is JobState.WAITING and not through_waiting)
+
+        while not done(rec):
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -196,6 +233,22 @@ class Client:
             if new.version != rec.version:
                 rec = new
                 yield as_of_state(rec)
+
+    def wait_serving(self, job_id: str, timeout: float = 600.0) -> JobRecord:
+        """The job's record once every replica it wants is placed and its engine serves (``serving``, with
+        the endpoint other services call, ``Replica.engine.endpoint``). Reads the job's stream, on which
+        each engine's change comes; does not poll. ``NotServing`` when ``timeout`` seconds pass first, the
+        job ends, or an engine of it ended or failed to start (an engine out of memory at start is planned
+        again by the workers, and waited for)."""
+        # the last record the watch yields (at least one: the record as it is now)
+        rec = deque(self.watch(job_id, timeout, through_waiting=True, until=serving_or_dead), maxlen=1)[0]
+        if rec.state.final:
+            raise NotServing(job_id, f"it is {rec.state.value} ({rec.reason})", rec)
+        if serving(rec):
+            return rec
+        if serving_or_dead(rec):
+            raise NotServing(job_id, rec.reason, rec)
+        raise NotServing(job_id, f"not all its engines serve after {timeout:g} s ({rec.reason})", rec)
 
     def release(self, job_id: str, *, as_client: Acting = ANYONE) -> JobRecord:
         """Free a placed job's cards (or memory); waiting jobs that can use them are planned at once.

@@ -76,6 +76,7 @@ def parse(argv: list[str]) -> tuple[str, argparse.Namespace, list[str]]:
     parser.add_argument("--alias", "-a", default="")
     parser.add_argument("--hold-mib", type=int, default=int(os.environ.get("STANDIN_HOLD_MIB", DEFAULT_HOLD_MIB)))
     parser.add_argument("--ready-file", default=os.environ.get("STANDIN_READY_FILE", ""))
+    parser.add_argument("--fail", default=os.environ.get("STANDIN_FAIL", ""), help="oom, or any other word")
     parser.add_argument("--ignore-term", action="store_true", default=bool(os.environ.get("STANDIN_IGNORE_TERM")))
     args, ignored = parser.parse_known_args(rest)
     return engine, args, ignored
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     _say(f"standin: {engine} serving {served_name(args)!r}, ignoring {ignored}")
     _say(f"standin: CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}")
     _say(f"INFO vLLM API server version {VLLM_VERSION}" if engine == "vllm" else f"build: {LLAMACPP_BUILD} (standin)")
-    fail = os.environ.get("STANDIN_FAIL", "")
+    fail = args.fail
     if fail == "oom":
         for line in OOM_LINES.get(engine, OOM_LINES["llamacpp"]):
             _say(line)

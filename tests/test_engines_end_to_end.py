@@ -23,7 +23,7 @@ from producer import Client
 from producer.agent.engine_state import Store as EngineStore
 from producer.agent.engine_state import proc_stat
 from producer.client import request_from_listing
-from tests.producer.agent.test_supervise import STANDIN, standins
+from tests.producer.agent.conftest import STANDIN, standins
 from tests.worker.helpers import drain
 from worker import maintenance, observed
 from worker.records import JobState, ServeRequest

@@ -70,6 +70,16 @@ class EngineRecord:
     stopping: bool = False
     ended: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    served: bool = False
+    """Whether it ever answered its health: an engine that dies before it did failed to start."""
+    model: str = ""
+    """The model name it serves, as its ``/v1/models`` says."""
+    restarts: int = 0
+    """How many times it was started again after it died while serving."""
+    out_of_memory: str = ""
+    """The line in which it said it ran out of memory as it started ("" when it did not)."""
+    version: str = ""
+    """The release its log printed ("" when it did not say)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -129,6 +139,16 @@ def read_log(path: Path, limit: int = 4 << 20) -> str:
     """The first ``limit`` bytes of an engine's log (its start-up lines say what it allocated), as text."""
     try:
         with path.open("rb") as f:
+            return f.read(limit).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def read_tail(path: Path, limit: int = 64 << 10) -> str:
+    """The last ``limit`` bytes of an engine's log (its last lines say why it stopped), as text."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - limit))
             return f.read(limit).decode(errors="replace")
     except OSError:
         return ""

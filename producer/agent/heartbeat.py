@@ -9,6 +9,7 @@ from planner.quant import mem_from_class
 from producer.agent.errors import CardsMissing
 from producer.agent.labels import Card, check_label
 from producer.agent.memory import HostMemory
+from worker.conditions import EngineReport
 from worker.footprints import Footprint
 
 
@@ -26,6 +27,7 @@ def heartbeat_dict(
     started_host_gb: float = 0.0,
     footprints: Mapping[str, Footprint] | None = None,
     ended: Mapping[str, str] | None = None,
+    engines: Mapping[str, EngineReport] | None = None,
 ) -> dict[str, Any]:
     """The heartbeat of a node with ``cards`` (all of one class) and ``memory``.
 
@@ -38,8 +40,9 @@ def heartbeat_dict(
     idle (its engine is loading, or the start hook runs nothing), so the heartbeat counts it as the
     workers do once the hold is listed in ``started``. Free RAM is what is available less what started
     holds reserve and do not use yet: at most the total less their reservations. ``footprints`` are what
-    some started holds' engines were measured to hold, ``ended`` why some of their engines ended; each key is
-    left out when there is none.
+    some started holds' engines were measured to hold, ``ended`` why some of their engines ended,
+    ``engines`` what each of their engines is doing (``worker.conditions``); each key is left out when there
+    is none.
     """
     given = set(taken)
     label = gpu_class if gpu_class is not None else (cards[0].label if cards else "")
@@ -70,6 +73,8 @@ def heartbeat_dict(
         data["footprints"] = {h: fp.model_dump(mode="json") for h, fp in footprints.items()}
     if ended:
         data["ended"] = {h: _said(why) for h, why in ended.items()}
+    if engines:
+        data["engines"] = {h: e.model_dump(mode="json", exclude_defaults=True) for h, e in engines.items()}
     return data
 
 

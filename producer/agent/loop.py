@@ -22,6 +22,7 @@ from producer.agent.probes import Reader, read_boot_id
 from producer.agent.supervise import Supervisor
 from producer.client import BeatLog, Client
 from worker import logs
+from worker.conditions import EngineReport
 from worker.footprints import Footprint
 from worker.ids import job_of_hold
 from worker.pool import Held
@@ -155,6 +156,7 @@ class Agent:
             started_host_gb=sum(s.host_gb for s in self.started.values()),
             footprints=self.footprints(),
             ended=self.ended(),
+            engines=self.engines(),
         )
         return parse_heartbeat(data, f"heartbeat of {self.node_id}")
 
@@ -170,6 +172,12 @@ class Agent:
         if self.supervisor is None:
             return {}
         return {h: why for h, why in self.supervisor.ended().items() if h in self.started}
+
+    def engines(self) -> dict[str, EngineReport]:
+        """What the engines of the started holds are doing (none without a supervisor)."""
+        if self.supervisor is None:
+            return {}
+        return {h: e for h, e in self.supervisor.engines().items() if h in self.started}
 
     def _note(self, hold_id: str, event: str, **kw: Any) -> None:
         """Log why a hold is not handed over, once per hold rather than every tick."""
