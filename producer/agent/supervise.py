@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planner.errors import InvalidInput
 from producer.agent.engine_log import engine_version, last_lines, out_of_memory
 from producer.agent.engine_state import EngineRecord, Store, proc_stat, read_log, read_tail
 from producer.agent.engines import engine_command, engine_env, replica_of
@@ -76,6 +78,27 @@ def free_port(host: str = HOST) -> int:
         s.bind((host, 0))
         port: int = s.getsockname()[1]
         return port
+
+
+ADVERTISE_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\]")
+"""What ``--advertise`` may name: a host name, an IPv4 address, or an IPv6 one in brackets (the host part of
+``worker.conditions.ENDPOINT_PATTERN``)."""
+
+
+def bind_address(advertise: str) -> str:
+    """The address engines listen on for an agent that advertises ``advertise``: that name's own address
+    (an address stays itself), so that an engine answers only there, never on every interface.
+    ``InvalidInput`` naming ``--advertise`` where it is no host, or names none this machine can resolve."""
+    if not ADVERTISE_HOST.fullmatch(advertise):
+        raise InvalidInput(
+            "arguments", "--advertise", f"{advertise[:80]!r}: a host name or address (IPv6 in brackets) is wanted"
+        )
+    host = advertise.strip("[]")
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        raise InvalidInput("arguments", "--advertise", f"{advertise!r} does not resolve here ({e})") from e
+    return str(found[0][4][0])
 
 
 def healthy(port: int, timeout: float = HEALTH_TIMEOUT_S, host: str = HOST) -> bool:

@@ -12,15 +12,19 @@ import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from planner.errors import InvalidInput
 from producer import Client
-from producer.agent import Agent, SystemReader
-from producer.agent.supervise import Supervisor
+from producer.agent import Agent, SystemReader, run_from_args
+from producer.agent.engine_state import EngineRecord, Store
+from producer.agent.supervise import Supervisor, bind_address
 from producer.errors import NotServing
 from producer.render import job_row, job_text
 from tests.producer.agent.conftest import STANDIN
+from tests.producer.agent.test_agent import agent_args
 from tests.producer.agent.test_supervise import BOOT, HOLD_MIB, CpuReader, until
 from tests.worker.helpers import drain, event_reasons, request
 from worker import maintenance, observed
@@ -47,9 +51,9 @@ def standin(tag: Path, fail_first: str = "") -> Callable[[list[str]], list[str]]
     return wrap
 
 
-def agent(client: Client, state: Path, wrap: Callable[[list[str]], list[str]], **kw: float) -> tuple[Agent, Supervisor]:
+def agent(client: Client, state: Path, wrap: Callable[[list[str]], list[str]], **kw: Any) -> tuple[Agent, Supervisor]:
     reader = SystemReader(nvml=lambda: None, smi=lambda _: None, cgroup=None)
-    sup = Supervisor(state, boot_id=BOOT, reader=reader, wrap=wrap, **kw)  # type: ignore[arg-type]
+    sup = Supervisor(state, boot_id=BOOT, reader=reader, wrap=wrap, **kw)
     return Agent("cpu-1", CpuReader(), client, boot_id=BOOT, supervisor=sup), sup
 
 
@@ -159,3 +163,44 @@ def test_out_of_memory_at_start_is_said_planned_again_and_planned_with_more(
     client.wait_serving(job, timeout=5)
     client.release(job)
     until(lambda: not sup.pids(), lambda: step(client, a))
+
+
+def test_advertise_binds_engines_to_that_address_and_says_it_as_the_endpoint(
+    client: Client, tmp_path: Path, engines: list[int], redis_url: str, logging_restored: None
+) -> None:
+    assert bind_address("127.0.0.1") == "127.0.0.1" and bind_address("localhost") == "127.0.0.1"
+    for bad in ("host name", "a:b", "-lead", "x" * 254):
+        with pytest.raises(InvalidInput, match="--advertise"):
+            bind_address(bad)
+    state = tmp_path / "state"
+    once = ("--once", "--node-id", "cpu-1", "--gpu-class", "", "--redis-url", redis_url, "--engines", "run")
+    run_from_args(agent_args(*once, "--state-dir", str(state), "--advertise", "localhost"), reader=CpuReader())
+    job = client.submit(request("llama-3-8b-gguf"))
+    drain(client)
+    hold = client.get(job).placement[0].hold_id
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(Supervisor, "__init__", _wrapped(Supervisor.__init__, standin(tmp_path)))
+        run_from_args(agent_args(*once, "--state-dir", str(state), "--advertise", "localhost"), reader=CpuReader())
+    record = EngineRecord.from_json(Store(state).record_path(hold).read_text())
+    engines.append(record.pid)
+    assert record.command[record.command.index("--host") + 1] == "127.0.0.1"  # localhost's address
+    # an agent of another boot: the job is planned again there, and its engine says where it serves
+    a, sup = agent(client, state, standin(tmp_path), advertise="localhost")
+    until(lambda: engine_of(client, job) == "serving", lambda: step(client, a))
+    engines.extend(sup.pids().values())
+    rec = client.get(job)
+    cond = rec.replicas[0].engine
+    now = EngineRecord.from_json(Store(state).record_path(rec.placement[0].hold_id).read_text())
+    assert cond is not None and cond.endpoint == f"localhost:{now.port}"
+    assert call(cond.endpoint, "/v1/models")[0] == 200
+    client.release(job)
+    until(lambda: not sup.pids(), lambda: step(client, a))
+
+
+def _wrapped(init: Callable[..., None], wrap: Callable[[list[str]], list[str]]) -> Callable[..., None]:
+    """``Supervisor.__init__`` with the stand-in in place of the engine, whatever the command line gave."""
+
+    def patched(self: Supervisor, *args: object, **kw: object) -> None:
+        init(self, *args, **{**kw, "wrap": wrap})
+
+    return patched
