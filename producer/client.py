@@ -23,7 +23,7 @@ from producer.errors import NotServing
 from producer.ownstream import OwnStream
 from producer.relayed import Relayed, Stored
 from producer.serve import request_from_folder, request_from_listing, request_from_repository
-from worker import alive, conflicts, owners, quarantine
+from worker import alive, apikeys, conflicts, owners, quarantine
 from worker import constants as C
 from worker.beats import Beat
 from worker.config import client_id as default_client_id
@@ -33,6 +33,7 @@ from worker.config import redis_url as default_url
 from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
 from worker.conflicts import ConflictRecord
+from worker.errors import NotOwner
 from worker.ids import check_client_id, check_id
 from worker.keys import Keys
 from worker.mirrored import MirroredStore
@@ -233,6 +234,21 @@ class Client:
             if new.version != rec.version:
                 rec = new
                 yield as_of_state(rec)
+
+    def api_key(self, job_id: str) -> str:
+        """The API key the job's engines want of every caller (``Authorization: Bearer KEY``;
+        ``worker.apikeys``): for a job this client submitted on its own request stream, its own copy
+        (``client:{client_id}:key:{job_id}``, which no other client reads); for a job submitted directly,
+        made from the deployment's secret, which only a login with the workers' rights reads."""
+        rec = self.get(job_id)
+        if rec.owner is not None:
+            if rec.owner != self.client_id:
+                raise NotOwner(job_id)
+            raw = self._call(lambda: self.redis.get(self.keys.client_key(rec.owner or "", job_id)))
+            if raw is None:
+                raise NotServing(job_id, "its API key is gone (kept for 30 days after it was submitted)", rec)
+            return text(raw)
+        return apikeys.job_key(self._call(lambda: apikeys.secret(self.redis, self.keys)), job_id)
 
     def wait_serving(self, job_id: str, timeout: float = 600.0) -> JobRecord:
         """The job's record once every replica it wants is placed and its engine serves (``serving``, with

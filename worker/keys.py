@@ -108,6 +108,10 @@ key (after the prefix)                  type    TTL                   written by
                                                                       stream a job's owner is taken from
 ``client:{client_id}:replies``          stream  REPLY_TTL_S, MAXLEN   worker.requests: the answer to each
                                                 REPLY_MAXLEN          entry of that client's stream
+``client:{client_id}:key:{job_id}``     string  ENGINE_KEY_TTL_S      worker.apikeys: the API key of the
+                                                                      engines of that client's own job
+``secret``                              string  none                  worker.apikeys: the secret each
+                                                                      job's engine API key is made from
 ``owned:{client_id}``                   hash    none                  worker.owners: the client's jobs ->
                                                                       replicas counted against its quota
                                                                       (final ones dropped as it is read)
@@ -385,6 +389,16 @@ class Keys:
     def client_replies(self, client_id: str) -> str:
         """The answers to a client's own request stream, and to no other."""
         return f"{self._p}client:{check_client_id(client_id)}:replies"
+
+    def client_key(self, client_id: str, job_id: str) -> str:
+        """The API key of the engines of a client's own job (``worker.apikeys``): under the client's pattern,
+        so that its owner alone of the clients reads it."""
+        return f"{self._p}client:{check_client_id(client_id)}:key:{check_id(job_id, 'job_id')}"
+
+    @property
+    def secret(self) -> str:
+        """The deployment's secret, from which each job's engine API key is made: the workers' alone."""
+        return f"{self._p}secret"
 
     def client_pattern(self, client_id: str) -> str:
         """An ACL key pattern covering a client's own keys and no other's (an id holds no ``:`` or glob)."""

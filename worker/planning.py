@@ -17,9 +17,9 @@ from planner.decide import Hold, JobPlan, ReplicaPlan, Running, Wait, plan_job
 from planner.decide import Outcome as PlanOutcome
 from planner.observed import Seen
 from planner.settings import NO_SETTINGS, merged
+from worker import apikeys, logs, metrics, observed
 from worker import calls as calls_
 from worker import constants as C
-from worker import logs, metrics, observed
 from worker.classes import class_of, waits_on
 from worker.config import estimate, settings
 from worker.errors import BadRecord
@@ -285,7 +285,7 @@ def commit_all(
             score=change.score,
             pending=change.pending,
             epoch=snap.epoch,
-            place=change.place,
+            place=apikeys.keyed(store.redis, store.keys, change.new.job_id, change.place),
             clear=change.clear,
         )
         for rec, change, _ in changes

@@ -80,6 +80,13 @@ class EngineRecord:
     """The line in which it said it ran out of memory as it started ("" when it did not)."""
     version: str = ""
     """The release its log printed ("" when it did not say)."""
+    api_key: str = ""
+    """The API key it wants of its callers (its hold's, ``worker.apikeys``): given as ``--api-key`` when it
+    is started, kept out of ``command`` and the logs; the record's file is its owner's alone to read."""
+
+    def argv(self) -> list[str]:
+        """The command line it is started with: ``command``, and its API key."""
+        return [*self.command, "--api-key", self.api_key] if self.api_key else list(self.command)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -115,7 +122,10 @@ class Store:
         self.ensure()
         path = self.record_path(record.hold_id)
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(record.to_json() + "\n")
+        # its owner's alone: it holds the engine's API key
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(record.to_json() + "\n")
         os.replace(tmp, path)
 
     def remove(self, hold_id: str) -> None:

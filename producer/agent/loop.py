@@ -192,6 +192,8 @@ class Agent:
         # nominations are cards kept idle for a waiting job: nothing runs on them. A reservation made on
         # an earlier boot is for the workers to plan again, not to start here.
         mine = sorted(h for h, v in held.items() if not v.nominated and v.boot_id in ("", self.boot_id))
+        if self.supervisor is not None:
+            self.supervisor.api_keys = {h: held[h].api_key for h in mine if held[h].api_key}
         for hold in [h for h in self.started if h not in mine]:
             gone = self.started.pop(hold)
             try:

@@ -204,6 +204,8 @@ class Supervisor:
         self.measure = measure
         self.steadiness = steadiness
         self._engines: dict[str, _Engine] = {}
+        self.api_keys: dict[str, str] = {}
+        """The API key of each hold on the node, as ``held:{node}`` gives it (the agent sets it each tick)."""
         self._adopt()
 
     # --- what the agent reads -------------------------------------------------------------------------
@@ -267,7 +269,9 @@ class Supervisor:
         command = self.wrap([*engine_command(job.request, option), "--host", self.bind, "--port", str(port)])
         self.store.ensure()
         log_path = self.store.log_path(hold)
-        pid = spawn(command, {**os.environ, **engine_env(cards)}, log_path)
+        api_key = self.api_keys.get(hold, "")
+        run = [*command, "--api-key", api_key] if api_key else command
+        pid = spawn(run, {**os.environ, **engine_env(cards)}, log_path)
         stat = proc_stat(pid)
         record = EngineRecord(
             hold_id=hold,
@@ -279,6 +283,7 @@ class Supervisor:
             cards=list(cards),
             log=str(log_path),
             port=port,
+            api_key=api_key,
         )
         self.store.save(record)
         self._engines[hold] = _Engine(record, child=True, steady=self.steadiness())
@@ -291,6 +296,7 @@ class Supervisor:
             cards=list(cards),
             log=str(log_path),
             command=command,
+            api_key="given" if api_key else "none",
         )
 
     def stop(self, hold_id: str, cards: tuple[int, ...] = ()) -> None:
@@ -333,7 +339,8 @@ class Supervisor:
             elif not eng.record.ready:
                 if healthy(eng.record.port, host=self.bind):
                     eng.record.ready = eng.record.served = True
-                    eng.record.model = served_model(eng.record.port, host=self.bind) or eng.record.model
+                    found = served_model(eng.record.port, host=self.bind, api_key=eng.record.api_key)
+                    eng.record.model = found or eng.record.model
                     self.store.save(eng.record)
                     log.info(
                         "engine_ready", hold_id=hold, pid=eng.record.pid, port=eng.record.port, model=eng.record.model
@@ -461,7 +468,7 @@ class Supervisor:
         """Start a dead engine that served again, on its cards and port, its log appended to."""
         rec = eng.record
         eng.restart_at = None
-        pid = spawn(rec.command, {**os.environ, **engine_env(tuple(rec.cards))}, Path(rec.log))
+        pid = spawn(rec.argv(), {**os.environ, **engine_env(tuple(rec.cards))}, Path(rec.log))
         stat = proc_stat(pid)
         rec.pid, rec.start_time = pid, stat.start_time if stat is not None else 0
         self.store.save(rec)

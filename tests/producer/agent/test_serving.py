@@ -71,9 +71,11 @@ def engine_of(client: Client, job: str) -> str:
     return cond.state if cond is not None else ""
 
 
-def call(endpoint: str, path: str, body: object | None = None) -> tuple[int, dict[str, object]]:
+def call(endpoint: str, path: str, body: object | None = None, key: str = "") -> tuple[int, dict[str, object]]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(f"http://{endpoint}{path}", data=data)
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
     if data is not None:
         req.add_header("Content-Type", "application/json")
     try:
@@ -103,9 +105,14 @@ def test_from_submit_to_serving_then_a_killed_engine_is_restarted_and_then_ended
     cond = rec.replicas[0].engine
     assert cond is not None and cond.endpoint.startswith("127.0.0.1:") and cond.hold_id == rec.placement[0].hold_id
     assert cond.model == "Meta-Llama-3-8B-Instruct-Q4_K_M.gguf"  # what its /v1/models says
-    code, models = call(cond.endpoint, "/v1/models")
+    # the engine wants the job's API key, which the record does not hold and its submitter reads
+    key = client.api_key(job)
+    assert key and key not in client.redis.get(client.keys.job(job)).decode()  # type: ignore[union-attr]
+    assert call(cond.endpoint, "/v1/models")[0] == 401
+    assert call(cond.endpoint, "/v1/models", key="wrong")[0] == 401
+    code, models = call(cond.endpoint, "/v1/models", key=key)
     assert code == 200 and models["data"] == [{"id": cond.model, "object": "model", "owned_by": "llamacpp"}]
-    code, answer = call(cond.endpoint, "/v1/completions", {"model": cond.model, "prompt": "hi"})
+    code, answer = call(cond.endpoint, "/v1/completions", {"model": cond.model, "prompt": "hi"}, key=key)
     assert code == 200 and answer["choices"][0]["text"] == "a stand-in answer"  # type: ignore[index]
     assert f"serving since {cond.since.isoformat(timespec='seconds')}: {cond.endpoint}" in job_text(rec)
     assert any(r.endswith(f"serves {cond.model} at {cond.endpoint}") for r in event_reasons(client, job))
@@ -192,7 +199,7 @@ def test_advertise_binds_engines_to_that_address_and_says_it_as_the_endpoint(
     cond = rec.replicas[0].engine
     now = EngineRecord.from_json(Store(state).record_path(rec.placement[0].hold_id).read_text())
     assert cond is not None and cond.endpoint == f"localhost:{now.port}"
-    assert call(cond.endpoint, "/v1/models")[0] == 200
+    assert call(cond.endpoint, "/v1/models", key=client.api_key(job))[0] == 200
     client.release(job)
     until(lambda: not sup.pids(), lambda: step(client, a))
 
