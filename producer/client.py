@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import redis
 
+from producer.conditions import serving, serving_or_dead
 from producer.errors import NotServing
 from producer.ownstream import OwnStream
 from producer.relayed import Relayed, Stored
@@ -47,27 +48,6 @@ from worker.scripts import text
 T = TypeVar("T")
 
 __all__ = ["BeatLog", "Client", "request_from_folder", "request_from_listing", "request_from_repository"]
-
-
-def serving(rec: JobRecord) -> bool:
-    """Whether every replica the job wants is placed and its engine serves, on the hold it holds now."""
-    reps = [r for r in rec.replicas if r.placement]
-    return (
-        rec.state is JobState.PLACED
-        and len(reps) == rec.wanted > 0
-        and all(
-            r.engine is not None and r.engine.state == "serving" and r.engine.hold_id == r.placement[0].hold_id
-            for r in reps
-        )
-    )
-
-
-def serving_or_dead(rec: JobRecord) -> bool:
-    """Whether ``serving``, or some replica's engine on the hold it holds now ended or failed to start."""
-    return serving(rec) or any(
-        r.engine is not None and r.engine.dead and r.placement and r.engine.hold_id == r.placement[0].hold_id
-        for r in rec.replicas
-    )
 
 
 def as_of_state(rec: JobRecord) -> JobRecord:

@@ -12,10 +12,11 @@ import threading
 from pathlib import Path
 
 from planner.errors import InvalidInput
+from producer.agent.endpoints import HOST, bind_address
 from producer.agent.engine_state import default_state_dir
 from producer.agent.loop import Agent
 from producer.agent.probes import Reader, SystemReader, read_boot_id
-from producer.agent.supervise import DEFAULT_MAX_RESTARTS, DEFAULT_STOP_GRACE_S, HOST, Supervisor, bind_address
+from producer.agent.supervise import DEFAULT_MAX_RESTARTS, DEFAULT_STOP_GRACE_S, Supervisor
 from producer.client import Client
 from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
 from worker.config import prefix as default_prefix

@@ -3,7 +3,8 @@ as a child process, supervised across ticks and across restarts of the agent.
 
 - ``start`` launches the option's command line (``engine_command`` plus ``--host BIND --port N`` on a
   free port; llama-server and ``vllm serve`` both take these; ``BIND`` is 127.0.0.1 unless the agent
-  advertises another address, ``--advertise``) with ``engine_env(cards)`` added to the environment, in a
+  advertises another address, ``--advertise``; and ``--api-key KEY``, the key its hold in
+  ``held:{node}`` carries, kept out of the logs) with ``engine_env(cards)`` added to the environment, in a
   process group of its own, its output to ``logs/{hold_id}.log``, and writes ``holds/{hold_id}.json``
   (``engine_state``). It returns once the process is launched.
 - ``poll`` (each tick) asks a launched engine's ``GET /health`` until it answers 200 (``engine_ready``),
@@ -26,20 +27,15 @@ as a child process, supervised across ticks and across restarts of the agent.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
 import signal
-import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InvalidInput
+from producer.agent.endpoints import HOST, free_port, healthy, said_text, served_model, url_host
 from producer.agent.engine_log import engine_version, last_lines, out_of_memory
 from producer.agent.engine_state import EngineRecord, Store, proc_stat, read_log, read_tail
 from producer.agent.engines import engine_command, engine_env, replica_of
@@ -53,9 +49,7 @@ from worker.records import JobRecord, Reservation
 
 log = logs.get_logger("modelplan.agent")
 
-HOST = "127.0.0.1"
 DEFAULT_STOP_GRACE_S = 10.0
-HEALTH_TIMEOUT_S = 1.0
 
 DEFAULT_MAX_RESTARTS = 3
 """An engine that died after serving is started again this many times: a crash now and then is ridden
@@ -70,69 +64,6 @@ REASON_LINES = 3
 
 REASON_CHARS = 400
 """The most a reason may say (``worker.conditions.REASON_PATTERN``)."""
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port nothing listens on now (the kernel's pick)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-ADVERTISE_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\]")
-"""What ``--advertise`` may name: a host name, an IPv4 address, or an IPv6 one in brackets (the host part of
-``worker.conditions.ENDPOINT_PATTERN``)."""
-
-
-def bind_address(advertise: str) -> str:
-    """The address engines listen on for an agent that advertises ``advertise``: that name's own address
-    (an address stays itself), so that an engine answers only there, never on every interface.
-    ``InvalidInput`` naming ``--advertise`` where it is no host, or names none this machine can resolve."""
-    if not ADVERTISE_HOST.fullmatch(advertise):
-        raise InvalidInput(
-            "arguments", "--advertise", f"{advertise[:80]!r}: a host name or address (IPv6 in brackets) is wanted"
-        )
-    host = advertise.strip("[]")
-    try:
-        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as e:
-        raise InvalidInput("arguments", "--advertise", f"{advertise!r} does not resolve here ({e})") from e
-    return str(found[0][4][0])
-
-
-def healthy(port: int, timeout: float = HEALTH_TIMEOUT_S, host: str = HOST) -> bool:
-    """Whether ``GET /health`` on the engine's port answers 200 (llama-server answers 503 while loading)."""
-    try:
-        with urllib.request.urlopen(f"http://{_url_host(host)}:{port}/health", timeout=timeout) as answer:
-            return int(answer.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
-def served_model(port: int, host: str = HOST, api_key: str = "", timeout: float = HEALTH_TIMEOUT_S) -> str:
-    """The model name ``GET /v1/models`` says the engine serves (the first), or "" when it does not say.
-    vLLM and llama-server both answer it (OpenAI's list of models: ``{"data": [{"id": ...}]}``)."""
-    request = urllib.request.Request(f"http://{_url_host(host)}:{port}/v1/models")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            data = json.loads(answer.read(1 << 20))
-        found = data["data"][0]["id"]
-    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError):
-        return ""
-    return _said(found, 200) if isinstance(found, str) else ""
-
-
-def _said(text: str, most: int) -> str:
-    """``text`` as a heartbeat may carry it: no quote, backslash or control character, at most ``most``."""
-    kept = "".join(c if c.isprintable() and c not in '"\\' else " " for c in text).strip()
-    return kept[:most]
 
 
 def _exit_reason(code: int | None) -> str:
@@ -225,13 +156,13 @@ class Supervisor:
                 failed = not rec.served
                 out[hold] = EngineReport(
                     condition="failed" if failed else "ended",
-                    reason=_said(rec.ended, REASON_CHARS),
+                    reason=said_text(rec.ended, REASON_CHARS),
                     out_of_memory=failed and bool(rec.out_of_memory),
                     restarts=rec.restarts,
                     version=rec.version,
                 )
             elif rec.ready:
-                endpoint = f"{_url_host(self.advertise)}:{rec.port}"
+                endpoint = f"{url_host(self.advertise)}:{rec.port}"
                 out[hold] = EngineReport(condition="serving", endpoint=endpoint, model=rec.model, restarts=rec.restarts)
             else:
                 out[hold] = EngineReport(condition="starting", restarts=rec.restarts)

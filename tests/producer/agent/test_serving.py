@@ -19,8 +19,9 @@ import pytest
 from planner.errors import InvalidInput
 from producer import Client
 from producer.agent import Agent, SystemReader, run_from_args
+from producer.agent.endpoints import bind_address
 from producer.agent.engine_state import EngineRecord, Store
-from producer.agent.supervise import Supervisor, bind_address
+from producer.agent.supervise import Supervisor
 from producer.errors import NotServing
 from producer.render import job_row, job_text
 from tests.producer.agent.conftest import STANDIN
