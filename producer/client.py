@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
 import redis
 
+from producer.conditions import serving, serving_or_dead
+from producer.errors import NotServing
 from producer.ownstream import OwnStream
 from producer.relayed import Relayed, Stored
 from producer.serve import request_from_folder, request_from_listing, request_from_repository
-from worker import alive, conflicts, owners, quarantine
+from worker import alive, apikeys, conflicts, owners, quarantine
 from worker import constants as C
 from worker.beats import Beat
 from worker.config import client_id as default_client_id
@@ -31,6 +34,7 @@ from worker.config import redis_url as default_url
 from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
 from worker.conflicts import ConflictRecord
+from worker.errors import NotOwner
 from worker.ids import check_client_id, check_id
 from worker.keys import Keys
 from worker.mirrored import MirroredStore
@@ -168,7 +172,14 @@ class Client:
     def get(self, job_id: str) -> JobRecord:
         return self.operations.get(job_id)
 
-    def watch(self, job_id: str, timeout: float = 60.0, *, through_waiting: bool = False) -> Iterator[JobRecord]:
+    def watch(
+        self,
+        job_id: str,
+        timeout: float = 60.0,
+        *,
+        through_waiting: bool = False,
+        until: Callable[[JobRecord], bool] | None = None,
+    ) -> Iterator[JobRecord]:
         """Yield the job's record now and at each change, until it is placed, waiting or over (failed,
         cancelled, released), or ``timeout`` seconds pass. Reads the job's stream; does not poll. Each
         record's reason is that of its state (``as_of_state``).
@@ -176,14 +187,21 @@ class Client:
         A waiting job waits for its hardware to free, for as long as that takes: the watch returns with
         its record, which says what it waits for. With ``through_waiting`` it watches on until the job is
         placed or over. Whichever way it ends, the last record yielded is the job's state then: one still
-        queued, planning or (with ``through_waiting``) waiting means the timeout passed first."""
+        queued, planning or (with ``through_waiting``) waiting means the timeout passed first. ``until``:
+        watch on, past a placed record too, until it holds of the record or the job is over."""
         stream = self.keys.job_events(job_id)
         last = self._call(lambda: self.redis.xrevrange(stream, count=1))
         last_id = text(last[0][0]) if last else "0-0"
         rec = self.get(job_id)
         yield as_of_state(rec)
         deadline = time.monotonic() + timeout
-        while not (rec.state.settled or (rec.state is JobState.WAITING and not through_waiting)):
+
+        def done(rec: JobRecord) -> bool:
+            if until is not None:
+                return rec.state.final or until(rec)
+            return rec.state.settled or (rec.state is JobState.WAITING and not through_waiting)
+
+        while not done(rec):
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -196,6 +214,37 @@ class Client:
             if new.version != rec.version:
                 rec = new
                 yield as_of_state(rec)
+
+    def api_key(self, job_id: str) -> str:
+        """The API key the job's engines want of every caller (``Authorization: Bearer KEY``;
+        ``worker.apikeys``): for a job this client submitted on its own request stream, its own copy
+        (``client:{client_id}:key:{job_id}``, which no other client reads); for a job submitted directly,
+        made from the deployment's secret, which only a login with the workers' rights reads."""
+        rec = self.get(job_id)
+        if rec.owner is not None:
+            if rec.owner != self.client_id:
+                raise NotOwner(job_id)
+            raw = self._call(lambda: self.redis.get(self.keys.client_key(rec.owner or "", job_id)))
+            if raw is None:
+                raise NotServing(job_id, "its API key is gone (kept for 30 days after it was submitted)", rec)
+            return text(raw)
+        return apikeys.job_key(self._call(lambda: apikeys.secret(self.redis, self.keys)), job_id)
+
+    def wait_serving(self, job_id: str, timeout: float = 600.0) -> JobRecord:
+        """The job's record once every replica it wants is placed and its engine serves (``serving``, with
+        the endpoint other services call, ``Replica.engine.endpoint``). Reads the job's stream, on which
+        each engine's change comes; does not poll. ``NotServing`` when ``timeout`` seconds pass first, the
+        job ends, or an engine of it ended or failed to start (an engine out of memory at start is planned
+        again by the workers, and waited for)."""
+        # the last record the watch yields (at least one: the record as it is now)
+        rec = deque(self.watch(job_id, timeout, through_waiting=True, until=serving_or_dead), maxlen=1)[0]
+        if rec.state.final:
+            raise NotServing(job_id, f"it is {rec.state.value} ({rec.reason})", rec)
+        if serving(rec):
+            return rec
+        if serving_or_dead(rec):
+            raise NotServing(job_id, rec.reason, rec)
+        raise NotServing(job_id, f"not all its engines serve after {timeout:g} s ({rec.reason})", rec)
 
     def release(self, job_id: str, *, as_client: Acting = ANYONE) -> JobRecord:
         """Free a placed job's cards (or memory); waiting jobs that can use them are planned at once.

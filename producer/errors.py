@@ -121,3 +121,15 @@ class NoLocalFolder(ModelplanError, LookupError):
         self.folder = folder
         self.hub_error = hub_error
         super().__init__(f"no local folder {folder}; as a Hub repository: {hub_error}")
+
+
+class NotServing(ModelplanError):
+    """Raised by ``Client.wait_serving`` when a job's engines do not all serve: the time given passed first,
+    the job ended, or an engine of it ended or failed to start (``why`` says which, with the record's reason).
+    ``record`` is the job's record as last read."""
+
+    def __init__(self, job_id: str, why: str, record: object = None) -> None:
+        self.job_id = job_id
+        self.why = why
+        self.record = record
+        super().__init__(f"job {job_id} is not serving: {why}")

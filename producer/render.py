@@ -12,6 +12,7 @@ from producer.client import as_of_state
 from producer.refusals import Recent, Refusal
 from worker import observed
 from worker.beats import Beat
+from worker.conditions import EngineCondition
 from worker.conflicts import ConflictRecord
 from worker.observed import Kind, Run
 from worker.pool import Snapshot
@@ -175,6 +176,8 @@ def job_text(rec: JobRecord, workers: int | None = None) -> str:
         if rep.wait is not None and rep.state != "placed":
             line += f" [{rep.wait.kind}]"
         lines.append(line)
+        if rep.engine is not None and rep.placement and not rec.state.final:
+            lines.append(f"    engine: {engine_text(rep.engine)}")
     if rec.nomination is not None:
         held = ", ".join(f"{h.node_id} {h.gpus} of {rec.nomination.wanted}" for h in rec.nomination.holds)
         lines.append(f"  holding: {held} until {rec.nomination.until.isoformat(timespec='seconds')}")
@@ -183,6 +186,18 @@ def job_text(rec: JobRecord, workers: int | None = None) -> str:
     lines.append(f"  updated: {rec.updated_at.isoformat()} (version {rec.version}, planned {rec.attempts}x)")
     lines += job_command_lines(rec)  # what the engines run, as the plan sized them
     return "\n".join(lines)
+
+
+def engine_text(cond: EngineCondition) -> str:
+    """A replica's engine in a few words: ``serving since ...: host:port (model)``, or why it is gone."""
+    since = cond.since.isoformat(timespec="seconds")
+    restarted = f", started again {cond.restarts}x" if cond.restarts else ""
+    if cond.state == "serving":
+        model = f" ({cond.model})" if cond.model else ""
+        return f"serving since {since}: {cond.endpoint}{model}{restarted}"
+    if cond.dead:
+        return f"{cond.state} since {since} on {cond.node_id}: {cond.reason or 'no reason given'}{restarted}"
+    return f"starting since {since} on {cond.node_id}"
 
 
 CARD_GLYPHS = {"reserved": "█", "held": "▓", "busy": "▒", "free": "░", "unreadable": "×"}
@@ -247,9 +262,15 @@ def job_row(rec: JobRecord) -> list[str]:
             nodes = ",".join(r.node_id for r in rep.placement)
             where = rep.option.label if rep.option else "?"
             tag = " (fallback)" if rep.state == "fallback" else ""
-            verb = "ran" if rec.state.final else "runs"
             artifact = rep.option.artifact if rep.option else "?"
-            parts.append(f"{verb} {artifact} on {where} at {nodes}{tag}")
+            if rec.state.final:
+                parts.append(f"ran {artifact} on {where} at {nodes}{tag}")
+            elif rep.engine is not None and rep.engine.dead:
+                # its cards are held, but nothing answers: not "runs"
+                parts.append(f"engine {rep.engine.state} at {nodes} ({artifact} on {where}{tag}; cards held)")
+            else:
+                serving = f", serving at {rep.engine.endpoint}" if rep.engine and rep.engine.state == "serving" else ""
+                parts.append(f"runs {artifact} on {where} at {nodes}{tag}{serving}")
         elif rec.option is not None:
             parts.append(f"waits for {rec.option.label}" + (f" [{rep.wait.kind}]" if rep.wait else ""))
     if not rec.replicas and rec.reason:

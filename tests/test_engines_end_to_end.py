@@ -23,7 +23,7 @@ from producer import Client
 from producer.agent.engine_state import Store as EngineStore
 from producer.agent.engine_state import proc_stat
 from producer.client import request_from_listing
-from tests.producer.agent.test_supervise import STANDIN, standins
+from tests.producer.agent.conftest import STANDIN, standins
 from tests.worker.helpers import drain
 from worker import maintenance, observed
 from worker.records import JobState, ServeRequest
@@ -62,7 +62,9 @@ class Agents:
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir(exist_ok=True)
         fake = bin_dir / "llama-server"
-        fake.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@" --hold-mib {hold_mib} --tag {tmp_path}\n')
+        fake.write_text(
+            f'#!/bin/sh\nexec "{sys.executable}" -P "{STANDIN}" "$@" --hold-mib {hold_mib} --tag {tmp_path}\n'
+        )
         fake.chmod(0o755)
         env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
         command = [sys.executable, "-c", "from producer.cli import main; raise SystemExit(main())"]

@@ -107,7 +107,7 @@ def transition_call(
     ]
     for h in place:
         keys += [k.node(h.node_id), k.held(h.node_id)]
-        args += [h.node_id, h.hold_id, h.gpus, repr(float(h.host_gb)), int(h.nominated)]
+        args += [h.node_id, h.hold_id, h.gpus, repr(float(h.host_gb)), int(h.nominated), h.api_key]
     for node_id, hid, cls in clear:
         keys.append(k.held(node_id))
         args += [node_id, hid, cls]

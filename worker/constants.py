@@ -292,3 +292,6 @@ OBSERVED_CACHE_KEPT = 4096
 OBSERVED_TAKEN_KEPT = 1 << 17
 """Footprints a sweeper remembers having taken (node, hold), so as not to take them again; past it, they
 are forgotten and the next are taken once more (which adds nothing)."""
+
+API_KEY_MAX = 128
+"""The longest engine API key a hold may carry (``worker.apikeys`` makes 40 characters)."""

@@ -1,45 +1,7 @@
 """Every Redis key modelplan uses, and nothing else spells one. What each key holds is in docs/KEYS.md, a
 table ``tests/test_docs.py`` checks against this module; here, who writes it.
 
-=======================================  ======  ============================  =============================
-key (after the prefix)                   type    TTL                           written by
-=======================================  ======  ============================  =============================
-``node:{node_id}``                       string  NODE_TTL_MS                   heartbeat.lua (node's login)
-``beat:{node_id}``                       hash    NODE_TTL_MS                   heartbeat.lua (node's login)
-``boots:{node_id}``                      string  BOOT_DISPLACED_MS             heartbeat.lua (node's login)
-``conflict:{node_id}``                   string  CONFLICT_CLEAR_MS, last flip  heartbeat.lua (node's login)
-``taken``                                hash    none                          intake.lua
-``probe:{name}``                         string  1 ms                          worker.intake
-``nodes``                                zset    none                          intake.lua, maintenance
-``conflicts``, ``restarts`` (set)        zset    none                          intake.lua; the sweep, waker
-``held:{node_id}``, ``holding`` (set)    hash    none                          transition.lua
-``job:{job_id}``                         string  FINISHED_TTL_S once final     submit, transition.lua
-``job:{job_id}:events``, ``events``      stream  FINISHED_TTL_S; EVENTS_MAXLEN  submit, transition.lua
-``jobs:{state}``, ``pending``            zset    none                          submit, transition.lua
-``pending:for``, ``pending:records``     hash    none                          transition.lua
-``pending:classes``                      hash    none                          transition.lua, claim.lua
-``pool:changes``                         stream  POOL_CHANGES_MAXLEN           intake.lua, transition.lua,
-                                                                               quarantine_job.lua, sweep
-``seq``, ``ack``                         string  none                          submit; the client
-``epoch``                                string  none                          intake.lua, transition.lua
-``wake:signal``, ``wake:classes`` (set)  list    none                          intake.lua, transition.lua
-``lock:{name}``                          string  its holder's                  maintenance
-``observed:{identity}``                  string  OBSERVED_TTL_S                worker.observations
-``observed``, ``estimates:off``          zset    none                          worker.observations
-``hub:{repo}@{revision}``                string  HUB_CACHE_TTL_S               producer.hub
-``quarantine``                           hash    none                          worker.quarantine
-``requests``                             stream  entries deleted once answered  any client
-``reply:{name}``                         stream  REPLY_TTL_S, REPLY_MAXLEN     worker.requests
-``clients``                              set     none                          the operator
-``client:{client_id}:requests``          stream  entries deleted once answered  that client alone
-``client:{client_id}:replies``           stream  REPLY_TTL_S, REPLY_MAXLEN     worker.requests
-``owned:{client_id}``                    hash    none                          worker.owners
-``stats``                                hash    none                          worker.metrics, intake.lua
-``worker:{name}``, ``workers`` (set)     string  WORKER_TTL_MS                 worker.alive
-``rq:queue:{prefix}``, ``rq:job:{id}``   list    RQ's                          RQ
-``rq:queues``                            set     none                          RQ
-=======================================  ======  ============================  =============================
-
+=======================================  ======  ============================  ======================
 RQ's own keys for the queue and its jobs live under the prefix too (``worker.queueing`` gives RQ these
 names), so that one key pattern covers a deployment's clients. What a worker writes for its own
 bookkeeping (worker registrations, registries of started and failed jobs) RQ names from its
@@ -303,6 +265,16 @@ class Keys:
     def client_replies(self, client_id: str) -> str:
         """The answers to a client's own request stream, and to no other."""
         return f"{self._p}client:{check_client_id(client_id)}:replies"
+
+    def client_key(self, client_id: str, job_id: str) -> str:
+        """The API key of the engines of a client's own job (``worker.apikeys``): under the client's pattern,
+        so that its owner alone of the clients reads it."""
+        return f"{self._p}client:{check_client_id(client_id)}:key:{check_id(job_id, 'job_id')}"
+
+    @property
+    def secret(self) -> str:
+        """The deployment's secret, from which each job's engine API key is made: the workers' alone."""
+        return f"{self._p}secret"
 
     def client_pattern(self, client_id: str) -> str:
         """An ACL key pattern covering a client's own keys and no other's (an id holds no ``:`` or glob)."""

@@ -94,7 +94,7 @@ class Mirror:
         """When it was last brought up to date (this process's monotonic clock)."""
         self.pool = Snapshot("0", {}, {})
         self.footprints: dict[str, NodeRecord] = {}
-        """The node records read with footprints or ended engines since the owner last took them
+        """The node records read with footprints or engine conditions since the owner last took them
         (``worker.observations``, ``worker.ended``)."""
         self._lapses: dict[str, int] = {}
         """When each node's heartbeat lapses, as last heard."""
@@ -120,7 +120,7 @@ class Mirror:
             except BadRecord as e:
                 unread.append(Unread(e, "left out of the pool"))
                 continue
-            if parsed[node_id].record.footprints or parsed[node_id].record.ended:
+            if parsed[node_id].record.footprints or parsed[node_id].record.ended or parsed[node_id].record.engines:
                 mirror.footprints[node_id] = parsed[node_id].record
             mirror.expires(node_id, NEVER)
         held = {n: mirror._holds(n, raw, unread) for n, raw in read.holds.items()}
@@ -174,7 +174,7 @@ class Mirror:
                 self.drop(node_id)
                 continue
             pool.put_node(node_id, parsed)
-            if parsed.record.footprints or parsed.record.ended:
+            if parsed.record.footprints or parsed.record.ended or parsed.record.engines:
                 self.footprints[node_id] = parsed.record
             self.expires(node_id, NEVER)
         for node_id, raw_holds in read.holds.items():

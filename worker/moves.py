@@ -58,11 +58,17 @@ def lose_node(store: MirroredStore, job_id: str, node_id: str, reason: str, boot
 
 
 def lose_replicas(
-    store: MirroredStore, job_id: str, reason: str, lost_of: Callable[[JobRecord], set[int]], **said: str
+    store: MirroredStore,
+    job_id: str,
+    reason: str,
+    lost_of: Callable[[JobRecord], set[int]],
+    touch: Callable[[JobRecord], JobRecord] | None = None,
+    **said: str,
 ) -> bool:
     """The replicas of ``job_id`` that ``lost_of`` names (by index, given its record as read, before it
     reads anything else) are planned again at once, in the same step that frees what they held; its other
-    replicas run on. ``said``: more fields for the log line."""
+    replicas run on. ``touch``: what else changes in the record committed (``worker.ended`` notes a start
+    failure on the replica). ``said``: more fields for the log line."""
 
     def attempt() -> bool | Again:
         rec = readable_job(store, job_id)
@@ -76,7 +82,8 @@ def lose_replicas(
         bare = rec.model_copy(
             update={
                 "replicas": tuple(
-                    Replica(index=r.index, state="waiting") if r.index in lost else r for r in rec.replicas
+                    Replica(index=r.index, state="waiting", start_failures=r.start_failures) if r.index in lost else r
+                    for r in rec.replicas
                 )
             }
         )
@@ -84,6 +91,7 @@ def lose_replicas(
         snap.apply((), lost_holds)  # planned as if already freed, as they are by this very step
         change = change_for(bare, plan_for(bare, snap, seen=observed.seen_for(store, rec.request)), now=utcnow())
         new = change.new.model_copy(update={"reason": f"{reason}; {change.new.reason}"})
+        new = touch(new) if touch is not None else new
         code, _ = commit(store, rec, replace(change, new=new, clear=(*lost_holds, *change.clear)), snap)
         if code is Reply.OK:
             log.info(

@@ -17,8 +17,8 @@ from typing import TypeVar
 
 import redis
 
+from worker import apikeys, logs, owners
 from worker import constants as C
-from worker import logs, owners
 from worker.classes import clear_all
 from worker.config import wait_replicas as default_wait_replicas
 from worker.config import wait_timeout_ms as default_wait_timeout_ms
@@ -192,6 +192,9 @@ def submit(
     the submit is admitted to in the same transaction."""
     k = store.keys
     key = k.job(job_id)
+    owner = owners.recorded(acting)
+    # the owner's copy of its engines' API key, where no other client reads it (``worker.apikeys``)
+    api_key = apikeys.job_key(apikeys.secret(store.redis, k), job_id) if owner is not None else ""
 
     def attempt() -> str:
         with store.redis.pipeline(transaction=True) as pipe:
@@ -217,7 +220,7 @@ def submit(
                 created_at=now,
                 updated_at=now,
                 reason="queued",
-                owner=owners.recorded(acting),
+                owner=owner,
             )
             event = {"job_id": job_id, "state": "queued", "version": "0", "reason": "submitted"}
             pipe.multi()
@@ -226,6 +229,8 @@ def submit(
             pipe.xadd(k.job_events(job_id), event, maxlen=C.JOB_EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
             pipe.xadd(k.events, event, maxlen=C.EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
             store.enqueue_plan(job_id, pipeline=pipe)
+            if owner is not None:
+                pipe.set(k.client_key(owner, job_id), api_key, ex=apikeys.ENGINE_KEY_TTL_S)
             if admit is not None:
                 admit(pipe)
             pipe.execute()

@@ -17,9 +17,9 @@ from planner.decide import Hold, JobPlan, ReplicaPlan, Running, Wait, plan_job
 from planner.decide import Outcome as PlanOutcome
 from planner.observed import Seen
 from planner.settings import NO_SETTINGS, merged
+from worker import apikeys, logs, metrics, observed
 from worker import calls as calls_
 from worker import constants as C
-from worker import logs, metrics, observed
 from worker.classes import class_of, waits_on
 from worker.config import estimate, settings
 from worker.errors import BadRecord
@@ -189,8 +189,18 @@ def change_for(
                 clear += [(r.node_id, r.hold_id, old_class) for r in old.placement]
         else:
             placement = old.placement if old is not None else ()
+        # what its engine does stays with the hold it was reported of; what start failures taught stays too
+        kept = old.engine if old is not None and old.engine is not None and not rp.moved else None
         replicas.append(
-            Replica(index=rp.index, state=rp.state, option=rp.option, placement=placement, wait=_wait_record(rp.wait))
+            Replica(
+                index=rp.index,
+                state=rp.state,
+                option=rp.option,
+                placement=placement,
+                wait=_wait_record(rp.wait),
+                engine=kept,
+                start_failures=old.start_failures if old is not None else 0,
+            )
         )
     for d in plan.dropped:
         clear += [(r.node_id, r.hold_id, old_class) for r in by_index[d.index].placement]
@@ -275,7 +285,7 @@ def commit_all(
             score=change.score,
             pending=change.pending,
             epoch=snap.epoch,
-            place=change.place,
+            place=apikeys.keyed(store.redis, store.keys, change.new.job_id, change.place),
             clear=change.clear,
         )
         for rec, change, _ in changes

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planner import PoolNode
@@ -35,6 +35,10 @@ class Held:
     boot_id: str
     nominated: bool = False
     unreadable: str = ""
+    api_key: str = field(default="", compare=False)
+    """The API key its engine is started with (``worker.apikeys``); "" where none was given. Not compared:
+    what a plan counts of a hold is its cards and memory, and a worker's mirror stages its own commits
+    without it (read back, they are the same hold)."""
     """Why the stored hold could not be read, if it could not: it then counts as holding every card and
     all host memory of its node (``UNREADABLE``), since which it held is unknown."""
 
@@ -52,7 +56,12 @@ class Held:
                 raise ValueError("gpus and host_gb must be numbers")
             if not (0 <= gpus <= UNREADABLE.gpus and 0 <= host_gb <= UNREADABLE.host_gb):
                 raise ValueError("gpus or host_gb out of range")
-            return Held(int(gpus), float(host_gb), str(d.get("boot_id", "")), bool(d.get("nominated", False)))
+            key = d.get("api_key", "")
+            if not (isinstance(key, str) and key.isalnum() and len(key) <= C.API_KEY_MAX) and key != "":
+                raise ValueError("api_key must be letters and digits")
+            return Held(
+                int(gpus), float(host_gb), str(d.get("boot_id", "")), bool(d.get("nominated", False)), api_key=key
+            )
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
             why = str(e) if isinstance(e, ValueError) and not isinstance(e, json.JSONDecodeError) else "not JSON"
             return replace(UNREADABLE, unreadable=f"hold does not parse ({why[:80]})")
@@ -88,6 +97,8 @@ class HoldSpec:
     gpus: int = 0
     host_gb: float = 0.0
     nominated: bool = False
+    api_key: str = ""
+    """What the hold's engine wants of its callers (``worker.apikeys``); "" for a nomination."""
 
 
 @dataclass(frozen=True, slots=True)

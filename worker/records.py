@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from planner import Artifact, Estimate, InvalidInput, Option, Settings, Shape, check_context
 from planner.pool import ID_REGEX, invalid_from
 from planner.settings import check_settings
+from worker.conditions import EngineCondition
 from worker.constants import PRIORITY_MAX, SCHEMA_VERSION, SchemaVersion
 from worker.errors import BadRecord
 
@@ -217,6 +218,16 @@ class Replica(BaseModel):
     """Where it runs now."""
     placement: tuple[Reservation, ...] = ()
     wait: WaitRecord | None = None
+    engine: EngineCondition | None = None
+    """What its engine is doing (``worker.conditions``): a condition beside the replica's state, written from
+    its node's heartbeats; none until an agent reports it."""
+    start_failures: int = Field(default=0, ge=0)
+    """How many times its engine ran out of memory at start and it was planned again with more."""
+
+    @property
+    def running(self) -> bool:
+        """Whether it holds cards (or memory) and its engine is not known dead."""
+        return bool(self.placement) and not (self.engine is not None and self.engine.dead)
 
 
 class Nomination(BaseModel):

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from planner.pool import ID_REGEX, NodeReport, invalid_from
+from worker.conditions import EngineReport
 from worker.constants import SCHEMA_VERSION, SchemaVersion
 from worker.footprints import Footprint
 from worker.ids import HOLD_PATTERN
@@ -47,6 +48,9 @@ class Heartbeat(NodeReport):
     simulated: bool = Field(default=False, exclude_if=lambda v: not v)
     """The cards are simulated (``modelplan agent --simulate``), not read from the driver; left out of the
     JSON for real cards."""
+    engines: dict[str, EngineReport] = Field(default_factory=dict, max_length=MAX_STARTED, exclude_if=lambda v: not v)
+    """What the engines of started holds are doing (``worker.conditions``): starting, serving (where), ended
+    or failed to start (why); left out of the JSON when there is none."""
     seq: int = Field(ge=0, le=SEQ_MAX)
     """Last of the report's fields, so that a stored record is what a plan reads, then the seq, then when
     it arrived: ``heartbeat.lua`` tells a refresh from the text before the seq."""
@@ -61,7 +65,7 @@ class Heartbeat(NodeReport):
 
     @model_validator(mode="after")
     def _footprints_of_started(self) -> Heartbeat:
-        for field, holds in (("footprints", self.footprints), ("ended", self.ended)):
+        for field, holds in (("footprints", self.footprints), ("ended", self.ended), ("engines", self.engines)):
             for hold in holds:
                 if hold not in self.started:
                     raise ValueError(f"{field} has {hold!r}, which is not in started")

@@ -15,9 +15,9 @@ from typing import Any
 
 import redis
 
+from worker import apikeys, logs, quarantine
 from worker import calls as calls_
 from worker import constants as C
-from worker import logs, quarantine
 from worker.beats import Heartbeats
 from worker.changes import gone_fields
 from worker.errors import BadRecord, WrongType
@@ -312,7 +312,7 @@ class Store(PoolReads, Handoffs, Heartbeats):
             score=score if score is not None else now_ms(),
             pending=pending,
             epoch=epoch,
-            place=place,
+            place=apikeys.keyed(self.redis, self.keys, new.job_id, place),
             clear=clear,
         )
         run = script(self.redis, "transition")

@@ -14,12 +14,13 @@ from pathlib import Path
 
 from planner.errors import InvalidInput
 from producer import constants as K
+from producer.agent.endpoints import HOST, bind_address
 from producer.agent.engine_state import default_state_dir
 from producer.agent.hooks import log_start
 from producer.agent.loop import Agent
 from producer.agent.probes import Reader, SystemReader, read_boot_id
 from producer.agent.simulated import SimulatedReader
-from producer.agent.supervise import DEFAULT_STOP_GRACE_S, Supervisor
+from producer.agent.supervise import DEFAULT_MAX_RESTARTS, DEFAULT_STOP_GRACE_S, Supervisor
 from producer.client import Client
 from worker.config import PREFIX_ENV, REDIS_URL_ENV, configure_logging
 from worker.config import prefix as default_prefix
@@ -84,6 +85,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_STOP_GRACE_S,
         help=f"seconds an engine has to exit after TERM before it gets KILL (default {DEFAULT_STOP_GRACE_S:g})",
     )
+    parser.add_argument(
+        "--advertise",
+        metavar="HOST",
+        help="the host name (or address) other services reach this node's engines at: with --engines run, "
+        "engines listen on its address, and each job's record gives HOST:PORT as its endpoint "
+        "(default: 127.0.0.1, engines reached from this node only)",
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=DEFAULT_MAX_RESTARTS,
+        help=f"times an engine that died after serving is started again (default {DEFAULT_MAX_RESTARTS})",
+    )
     for flag, text in (
         ("--redis-url", f"Redis URL (default: ${REDIS_URL_ENV}, else {DEFAULT_REDIS_URL})"),
         ("--prefix", f"key prefix (default: ${PREFIX_ENV}, else {DEFAULT_PREFIX})"),
@@ -99,6 +113,9 @@ def run_from_args(args: argparse.Namespace, *, reader: Reader | None = None) -> 
         raise InvalidInput("arguments", "--interval", f"must be more than 0 seconds (given {args.interval})")
     if not args.stop_grace >= 0:
         raise InvalidInput("arguments", "--stop-grace", f"must be 0 seconds or more (given {args.stop_grace})")
+    if not args.max_restarts >= 0:
+        raise InvalidInput("arguments", "--max-restarts", f"must be 0 or more (given {args.max_restarts})")
+    bind = bind_address(args.advertise) if args.advertise else HOST
     # in a dry run standard output carries the heartbeats, so the log goes to standard error
     configure_logging(args.log_level, sys.stderr if args.dry_run else sys.stdout)
     client = None if args.dry_run else Client.from_url(default_redis_url(args.redis_url), default_prefix(args.prefix))
@@ -114,6 +131,9 @@ def run_from_args(args: argparse.Namespace, *, reader: Reader | None = None) -> 
             reader=reader,
             stop_grace=args.stop_grace,
             models_dir=models_dir,
+            bind=bind,
+            advertise=args.advertise or HOST,
+            max_restarts=args.max_restarts,
         )
     agent = Agent(
         args.node_id or socket.gethostname(),

@@ -109,3 +109,39 @@ def ram_kv(engine: str, log_text: str) -> int:
     if _engine(engine) == "vllm":
         return 0
     return sum(size for device, size in llamacpp_kv(log_text).items() if _LLAMA_HOST.fullmatch(device))
+
+
+# Out of memory as an engine starts, as each engine prints it:
+# - vLLM, the cache sized to nothing: ``ValueError: No available memory for the cache blocks. Try increasing
+#   `gpu_memory_utilization` when initializing the engine.`` (vllm-project/vllm issues #10439 (V0,
+#   vllm/worker/worker.py raise_if_cache_size_invalid) and #27508 (V1, vllm/v1/core/kv_cache_utils.py
+#   check_enough_kv_cache_memory));
+# - vLLM, PyTorch's allocator: ``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 224.00 MiB.
+#   GPU 0 has a total capacity of 11.53 GiB of which 187.75 MiB is free. ...`` (vllm-project/vllm #12030,
+#   #14095; ``torch.cuda.OutOfMemoryError`` in older PyTorch, #2140);
+# - llama.cpp: ``ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144817.04 MiB on device 0: cudaMalloc
+#   failed: out of memory``, ``alloc_tensor_range: failed to allocate CUDA0 buffer of size 151851674624``,
+#   ``llama_model_load: error loading model: unable to allocate CUDA0 buffer`` (ggml-org/llama.cpp #20431),
+#   and for the context ``ggml_gallocr_reserve_n: failed to allocate CUDA4 buffer of size 150995968``,
+#   ``llama_new_context_with_model: failed to allocate compute buffers`` (ollama/ollama #6860).
+_OUT_OF_MEMORY = {
+    "vllm": re.compile(
+        r"No available memory for the cache blocks|(?:torch\.(?:cuda\.)?)?OutOfMemoryError: CUDA out of memory"
+    ),
+    "llamacpp": re.compile(
+        r"cudaMalloc failed: out of memory|(?:failed|unable) to allocate \w+ buffer|failed to allocate compute buffers"
+    ),
+}
+
+
+def out_of_memory(engine: str, log_text: str) -> str:
+    """The last line of ``log_text`` in which the engine says it ran out of memory (stripped), else ""."""
+    pattern = _OUT_OF_MEMORY[_engine(engine)]
+    found = [line.strip() for line in log_text.splitlines() if pattern.search(line)]
+    return found[-1] if found else ""
+
+
+def last_lines(log_text: str, count: int = 3) -> list[str]:
+    """The last ``count`` lines of ``log_text`` that say something (blank lines left out), stripped."""
+    said = [line.strip() for line in log_text.splitlines() if line.strip()]
+    return said[-count:]

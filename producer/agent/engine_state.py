@@ -70,6 +70,23 @@ class EngineRecord:
     stopping: bool = False
     ended: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    served: bool = False
+    """Whether it ever answered its health: an engine that dies before it did failed to start."""
+    model: str = ""
+    """The model name it serves, as its ``/v1/models`` says."""
+    restarts: int = 0
+    """How many times it was started again after it died while serving."""
+    out_of_memory: str = ""
+    """The line in which it said it ran out of memory as it started ("" when it did not)."""
+    version: str = ""
+    """The release its log printed ("" when it did not say)."""
+    api_key: str = ""
+    """The API key it wants of its callers (its hold's, ``worker.apikeys``): given as ``--api-key`` when it
+    is started, kept out of ``command`` and the logs; the record's file is its owner's alone to read."""
+
+    def argv(self) -> list[str]:
+        """The command line it is started with: ``command``, and its API key."""
+        return [*self.command, "--api-key", self.api_key] if self.api_key else list(self.command)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -105,7 +122,10 @@ class Store:
         self.ensure()
         path = self.record_path(record.hold_id)
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(record.to_json() + "\n")
+        # its owner's alone: it holds the engine's API key
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(record.to_json() + "\n")
         os.replace(tmp, path)
 
     def remove(self, hold_id: str) -> None:
@@ -129,6 +149,16 @@ def read_log(path: Path, limit: int = 4 << 20) -> str:
     """The first ``limit`` bytes of an engine's log (its start-up lines say what it allocated), as text."""
     try:
         with path.open("rb") as f:
+            return f.read(limit).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def read_tail(path: Path, limit: int = 64 << 10) -> str:
+    """The last ``limit`` bytes of an engine's log (its last lines say why it stopped), as text."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - limit))
             return f.read(limit).decode(errors="replace")
     except OSError:
         return ""

@@ -9,6 +9,7 @@ from planner.quant import mem_from_class
 from producer.agent.errors import CardsMissing
 from producer.agent.labels import Card, check_label
 from producer.agent.memory import HostMemory
+from worker.conditions import EngineReport
 from worker.footprints import Footprint
 
 
@@ -27,6 +28,7 @@ def heartbeat_dict(
     footprints: Mapping[str, Footprint] | None = None,
     ended: Mapping[str, str] | None = None,
     simulated: bool = False,
+    engines: Mapping[str, EngineReport] | None = None,
 ) -> dict[str, Any]:
     """The heartbeat of a node with ``cards`` (all of one class) and ``memory``.
 
@@ -39,9 +41,10 @@ def heartbeat_dict(
     idle (its engine is loading, or the start hook runs nothing), so the heartbeat counts it as the
     workers do once the hold is listed in ``started``. Free RAM is what is available less what started
     holds reserve and do not use yet: at most the total less their reservations. ``footprints`` are what
-    some started holds' engines were measured to hold, ``ended`` why some of their engines ended; each key is
-    left out when there is none. ``simulated``: the cards are ``modelplan agent --simulate``'s, said as
-    ``"simulated": true`` (left out for real cards).
+    some started holds' engines were measured to hold, ``ended`` why some of their engines ended,
+    ``engines`` what each of their engines is doing (``worker.conditions``); each key is left out when there
+    is none. ``simulated``: the cards are ``modelplan agent --simulate``'s, said as ``"simulated": true``
+    (left out for real cards).
     """
     given = set(taken)
     label = gpu_class if gpu_class is not None else (cards[0].label if cards else "")
@@ -74,6 +77,8 @@ def heartbeat_dict(
         data["ended"] = {h: _said(why) for h, why in ended.items()}
     if simulated:
         data["simulated"] = True
+    if engines:
+        data["engines"] = {h: e.model_dump(mode="json", exclude_defaults=True) for h, e in engines.items()}
     return data
 
 

@@ -22,6 +22,7 @@ from producer.agent.probes import Reader, read_boot_id
 from producer.agent.supervise import Supervisor
 from producer.client import BeatLog, Client
 from worker import logs
+from worker.conditions import EngineReport
 from worker.footprints import Footprint
 from worker.ids import job_of_hold
 from worker.pool import Held
@@ -156,6 +157,7 @@ class Agent:
             footprints=self.footprints(),
             ended=self.ended(),
             simulated=bool(getattr(self.reader, "simulated", False)),  # modelplan agent --simulate
+            engines=self.engines(),
         )
         return parse_heartbeat(data, f"heartbeat of {self.node_id}")
 
@@ -172,6 +174,12 @@ class Agent:
             return {}
         return {h: why for h, why in self.supervisor.ended().items() if h in self.started}
 
+    def engines(self) -> dict[str, EngineReport]:
+        """What the engines of the started holds are doing (none without a supervisor)."""
+        if self.supervisor is None:
+            return {}
+        return {h: e for h, e in self.supervisor.engines().items() if h in self.started}
+
     def _note(self, hold_id: str, event: str, **kw: Any) -> None:
         """Log why a hold is not handed over, once per hold rather than every tick."""
         if hold_id not in self._noted:
@@ -185,6 +193,8 @@ class Agent:
         # nominations are cards kept idle for a waiting job: nothing runs on them. A reservation made on
         # an earlier boot is for the workers to plan again, not to start here.
         mine = sorted(h for h, v in held.items() if not v.nominated and v.boot_id in ("", self.boot_id))
+        if self.supervisor is not None:
+            self.supervisor.api_keys = {h: held[h].api_key for h in mine if held[h].api_key}
         for hold in [h for h in self.started if h not in mine]:
             gone = self.started.pop(hold)
             try:

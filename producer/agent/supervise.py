@@ -1,14 +1,22 @@
 """The ``run`` start hook (``modelplan agent --engines run``): each hold placed on the node gets its engine
 as a child process, supervised across ticks and across restarts of the agent.
 
-- ``start`` launches the node's command line (``node_command`` plus ``--host 127.0.0.1 --port N`` on a
-  free port; llama-server and ``vllm serve`` both take these) with ``engine_env(cards)`` added to the
-  environment, in a process group of its own, its output to ``logs/{hold_id}.log``, and writes
-  ``holds/{hold_id}.json`` (``engine_state``). It returns once the process is launched.
+- ``start`` launches the node's command line (``node_command`` plus ``--host BIND --port N`` on a free
+  port; llama-server and ``vllm serve`` both take these; ``BIND`` is 127.0.0.1 unless the agent advertises
+  another address, ``--advertise``; and ``--api-key KEY``, the key its hold in ``held:{node}`` carries,
+  kept out of the logs) with ``engine_env(cards)`` added to the environment, in a process group of its
+  own, its output to ``logs/{hold_id}.log``, and writes ``holds/{hold_id}.json`` (``engine_state``). It
+  returns once the process is launched.
 - ``poll`` (each tick) asks a launched engine's ``GET /health`` until it answers 200 (``engine_ready``),
-  then measures what it holds (``measuring``); notices an engine that exited while its hold is still on
-  the node (``engine_died``, its record kept with the reason, ``ended()``); finishes stops; and stops an
-  engine whose hold is no longer on the node (one released while the agent was not running).
+  reads the model name it serves (``GET /v1/models``), then measures what it holds (``measuring``);
+  notices an engine that exited while its hold is still on the node (``engine_died``); finishes stops;
+  and stops an engine whose hold is no longer on the node (one released while the agent was not running).
+- An engine that dies after it served is started again, up to ``max_restarts`` times, after
+  ``RESTART_BACKOFF_S`` doubled each time (``engine_restarting``); past that it has ``ended``. One that dies
+  before it ever served has failed to start: the reason is its last lines, or the line in which it said
+  it ran out of memory (``engine_log.out_of_memory``), which the workers plan again from.
+- ``engines()`` says what each engine is doing, for the heartbeat (``worker.conditions.EngineReport``):
+  starting, serving (at ``ADVERTISE:PORT``, the address the agent advertises), ended or failed.
 - ``stop`` sends TERM to the engine's process group; ``poll`` sends KILL once ``stop_grace`` seconds pass
   and removes the record once no process of the group is left.
 - A new ``Supervisor`` adopts each record whose process is still the same one (same pid, same start time
@@ -21,46 +29,41 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from producer.agent.engine_state import EngineRecord, Store, proc_stat, read_log
+from producer.agent.endpoints import HOST, free_port, healthy, said_text, served_model, url_host
+from producer.agent.engine_log import engine_version, last_lines, out_of_memory
+from producer.agent.engine_state import EngineRecord, Store, proc_stat, read_log, read_tail
 from producer.agent.engines import engine_env, node_command, replica_of
 from producer.agent.footprint import Steady, measure
 from producer.agent.measuring import Measure, Steadiness, SteadinessFactory
 from worker import logs
+from worker.conditions import EngineReport
 from worker.footprints import Footprint
 from worker.ids import job_of_hold
 from worker.records import JobRecord, Reservation
 
 log = logs.get_logger("modelplan.agent")
 
-HOST = "127.0.0.1"
 DEFAULT_STOP_GRACE_S = 10.0
-HEALTH_TIMEOUT_S = 1.0
 
+DEFAULT_MAX_RESTARTS = 3
+"""An engine that died after serving is started again this many times: a crash now and then is ridden
+over, one that dies at every start is said to have ended rather than started for ever."""
 
-def free_port(host: str = HOST) -> int:
-    """A TCP port nothing listens on now (the kernel's pick)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+RESTART_BACKOFF_S = 2.0
+"""The wait before the first restart, doubled for each after it (2, 4, 8 s): long enough for the cards'
+memory to be let go by the dead process, short beside what a reload takes."""
 
+REASON_LINES = 3
+"""How many of a failed engine's last log lines its reason quotes."""
 
-def healthy(port: int, timeout: float = HEALTH_TIMEOUT_S) -> bool:
-    """Whether ``GET /health`` on the engine's port answers 200 (llama-server answers 503 while loading)."""
-    try:
-        with urllib.request.urlopen(f"http://{HOST}:{port}/health", timeout=timeout) as answer:
-            return int(answer.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+REASON_CHARS = 400
+"""The most a reason may say (``worker.conditions.REASON_PATTERN``)."""
 
 
 def _exit_reason(code: int | None) -> str:
@@ -98,6 +101,7 @@ class _Engine:
     steady: Steadiness | None = None
     sent: Footprint | None = None
     status: int | None = None  # the exit status, once collected
+    restart_at: float | None = None  # when a dead engine that served is started again
 
 
 class Supervisor:
@@ -115,10 +119,18 @@ class Supervisor:
         wrap: Callable[[list[str]], list[str]] = list,
         measure: Measure = measure,
         steadiness: SteadinessFactory = Steady,
+        bind: str = HOST,
+        advertise: str | None = None,
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
+        restart_backoff: float = RESTART_BACKOFF_S,
         models_dir: str | None = None,
     ) -> None:
         self.store = Store(state_dir)
         self.models_dir = models_dir
+        self.bind = bind
+        self.advertise = advertise if advertise is not None else bind
+        self.max_restarts = max_restarts
+        self.restart_backoff = restart_backoff
         self.boot_id = boot_id
         self.reader = reader
         self.stop_grace = stop_grace
@@ -126,6 +138,8 @@ class Supervisor:
         self.measure = measure
         self.steadiness = steadiness
         self._engines: dict[str, _Engine] = {}
+        self.api_keys: dict[str, str] = {}
+        """The API key of each hold on the node, as ``held:{node}`` gives it (the agent sets it each tick)."""
         self._adopt()
 
     # --- what the agent reads -------------------------------------------------------------------------
@@ -133,6 +147,29 @@ class Supervisor:
     def ended(self) -> dict[str, str]:
         """The holds whose engine is gone while the hold is still on the node, with why."""
         return {h: e.record.ended for h, e in self._engines.items() if e.record.ended and not e.record.stopping}
+
+    def engines(self) -> dict[str, EngineReport]:
+        """What each engine not told to stop is doing, as the heartbeat says it."""
+        out = {}
+        for hold, eng in self._engines.items():
+            rec = eng.record
+            if rec.stopping:
+                continue
+            if rec.ended:
+                failed = not rec.served
+                out[hold] = EngineReport(
+                    condition="failed" if failed else "ended",
+                    reason=said_text(rec.ended, REASON_CHARS),
+                    out_of_memory=failed and bool(rec.out_of_memory),
+                    restarts=rec.restarts,
+                    version=rec.version,
+                )
+            elif rec.ready:
+                endpoint = f"{url_host(self.advertise)}:{rec.port}"
+                out[hold] = EngineReport(condition="serving", endpoint=endpoint, model=rec.model, restarts=rec.restarts)
+            else:
+                out[hold] = EngineReport(condition="starting", restarts=rec.restarts)
+        return out
 
     def footprints(self) -> dict[str, Footprint]:
         """What each running engine was measured to hold, once steady: the same object until it changes."""
@@ -162,11 +199,15 @@ class Supervisor:
         if replica is None or replica.option is None:
             raise ValueError(f"hold {hold!r} is not a replica of job {job.job_id!r} with an option")
         option = replica.option
-        port = free_port()
-        command = self.wrap([*node_command(job, reservation, self.models_dir), "--host", HOST, "--port", str(port)])
+        port = free_port(self.bind)
+        command = self.wrap(
+            [*node_command(job, reservation, self.models_dir), "--host", self.bind, "--port", str(port)]
+        )
         self.store.ensure()
         log_path = self.store.log_path(hold)
-        pid = spawn(command, {**os.environ, **engine_env(cards)}, log_path)
+        api_key = self.api_keys.get(hold, "")
+        run = [*command, "--api-key", api_key] if api_key else command
+        pid = spawn(run, {**os.environ, **engine_env(cards)}, log_path)
         stat = proc_stat(pid)
         record = EngineRecord(
             hold_id=hold,
@@ -178,6 +219,7 @@ class Supervisor:
             cards=list(cards),
             log=str(log_path),
             port=port,
+            api_key=api_key,
         )
         self.store.save(record)
         self._engines[hold] = _Engine(record, child=True, steady=self.steadiness())
@@ -190,6 +232,7 @@ class Supervisor:
             cards=list(cards),
             log=str(log_path),
             command=command,
+            api_key="given" if api_key else "none",
         )
 
     def stop(self, hold_id: str, cards: tuple[int, ...] = ()) -> None:
@@ -224,13 +267,20 @@ class Supervisor:
                 self.stop(hold)
             elif eng.record.ended:
                 continue
+            elif eng.restart_at is not None:
+                if time.monotonic() >= eng.restart_at:
+                    self._restart(hold, eng)
             elif not self._alive(eng):
                 self._died(hold, eng)
             elif not eng.record.ready:
-                if healthy(eng.record.port):
-                    eng.record.ready = True
+                if healthy(eng.record.port, host=self.bind):
+                    eng.record.ready = eng.record.served = True
+                    found = served_model(eng.record.port, host=self.bind, api_key=eng.record.api_key)
+                    eng.record.model = found or eng.record.model
                     self.store.save(eng.record)
-                    log.info("engine_ready", hold_id=hold, pid=eng.record.pid, port=eng.record.port)
+                    log.info(
+                        "engine_ready", hold_id=hold, pid=eng.record.pid, port=eng.record.port, model=eng.record.model
+                    )
             else:
                 self._measure(hold, eng)
 
@@ -316,23 +366,50 @@ class Supervisor:
         log.info(event, hold_id=hold, pid=eng.record.pid, status=eng.status)
 
     def _died(self, hold: str, eng: _Engine, why: str = "") -> None:
+        rec = eng.record
         reason = why or _exit_reason(eng.status)
-        eng.record.ended = reason
+        text = read_tail(Path(rec.log))
+        rec.version = engine_version(rec.engine, read_log(Path(rec.log))) or rec.version
         eng.sent = None
-        self.store.save(eng.record)
+        restart = rec.served and not why and rec.restarts < self.max_restarts
+        if restart:
+            rec.ready = False
+            eng.restart_at = time.monotonic() + self.restart_backoff * 2**rec.restarts
+            rec.restarts += 1
+        elif not rec.served:
+            # never served: why is in its own words, the out-of-memory line first
+            rec.out_of_memory = out_of_memory(rec.engine, text)
+            said = rec.out_of_memory or " | ".join(last_lines(text, REASON_LINES))
+            rec.ended = f"{reason}: {said}" if said else reason
+        else:
+            rec.ended = reason if not rec.restarts else f"{reason} (after {rec.restarts} restarts)"
+        self.store.save(rec)
         log.error(
-            "engine_died",
+            "engine_restarting" if restart else "engine_died",
             job_id=job_of_hold(hold),
             hold_id=hold,
-            pid=eng.record.pid,
+            pid=rec.pid,
             status=eng.status,
-            reason=reason,
-            log=eng.record.log,
+            reason=rec.ended or reason,
+            restarts=rec.restarts,
+            out_of_memory=bool(rec.out_of_memory),
+            log=rec.log,
         )
         # what it started may outlive it (vLLM's workers): the group is stopped too
         if eng.reaped:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(eng.record.pid, signal.SIGTERM)
+                os.killpg(rec.pid, signal.SIGTERM)
+
+    def _restart(self, hold: str, eng: _Engine) -> None:
+        """Start a dead engine that served again, on its cards and port, its log appended to."""
+        rec = eng.record
+        eng.restart_at = None
+        pid = spawn(rec.argv(), {**os.environ, **engine_env(tuple(rec.cards))}, Path(rec.log))
+        stat = proc_stat(pid)
+        rec.pid, rec.start_time = pid, stat.start_time if stat is not None else 0
+        self.store.save(rec)
+        self._engines[hold] = _Engine(rec, child=True, steady=self.steadiness())
+        log.info("engine_restarted", job_id=job_of_hold(hold), hold_id=hold, pid=pid, restarts=rec.restarts)
 
     def _measure(self, hold: str, eng: _Engine) -> None:
         rec = eng.record

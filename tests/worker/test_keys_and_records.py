@@ -66,6 +66,9 @@ def test_every_key_spelled_out() -> None:
         "mp:owned:c1",
     ]
     assert [k.client_pattern("c1"), k.job_pattern] == ["mp:client:c1:*", "mp:job:*"]
+    assert [k.client_key("c1", "j1"), k.secret] == ["mp:client:c1:key:j1", "mp:secret"]
+    assert fnmatchcase(k.client_key("c1", "j1"), k.client_pattern("c1"))
+    assert not fnmatchcase(k.client_key("c1", "j1"), k.client_pattern("c2"))
 
 
 FIXED = ("clients", "requests", "events", "nodes", "pending", "seq", "epoch", "ack", "stats", "quarantine", "client")

@@ -23,8 +23,9 @@
 -- ARGV[5]  score in jobs:{next state}  ARGV[15]  pool:changes MAXLEN
 -- ARGV[6]  classes pending on, or ""
 -- ARGV[7]  score in pending
--- ARGV[8]  epoch the plan saw, or ""  ARGV[16..] n x (node id, hold id, gpus, host GiB, nominated 0/1),
---                                                then m x (node id, hold id, class)
+-- ARGV[8]  epoch the plan saw, or ""  ARGV[16..] n x (node id, hold id, gpus, host GiB, nominated 0/1,
+--                                                the engines' API key or ""), then m x (node id, hold id,
+--                                                class)
 --
 -- Every hold written or cleared goes onto pool:changes (node, hold id, value or ""), for the workers'
 -- mirrors of the pool.
@@ -36,7 +37,7 @@
 
 local job_id = ARGV[1]
 local n_place, n_clear = tonumber(ARGV[13]), tonumber(ARGV[14])
-local place_at, clear_at = 16, 16 + 5 * n_place
+local place_at, clear_at = 16, 16 + 6 * n_place
 local clear_key_at = 14 + 2 * n_place
 
 -- A record's version, read from the head that modelplan's records start with (their first four fields,
@@ -96,7 +97,7 @@ end
 -- every hold must have the room before anything is written
 local boots, adding = {}, {}
 for i = 1, n_place do
-  local at = place_at + 5 * (i - 1)
+  local at = place_at + 6 * (i - 1)
   local node_id, hold_id = ARGV[at], ARGV[at + 1]
   local gpus, host_gb = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
   local node_raw = redis.call('GET', KEYS[13 + 2 * i])
@@ -158,7 +159,7 @@ end
 -- a hold cleared and written again (a nomination that changes) frees nothing: no wake-up for it
 local rewritten = {}
 for i = 1, n_place do
-  local at = place_at + 5 * (i - 1)
+  local at = place_at + 6 * (i - 1)
   rewritten[ARGV[at] .. '/' .. ARGV[at + 1]] = true
 end
 
@@ -183,9 +184,13 @@ if freed then
 end
 
 for i = 1, n_place do
-  local at = place_at + 5 * (i - 1)
-  local value = cjson.encode({gpus = tonumber(ARGV[at + 2]), host_gb = tonumber(ARGV[at + 3]),
-                              boot_id = boots[i], nominated = ARGV[at + 4] == '1'})
+  local at = place_at + 6 * (i - 1)
+  local hold = {gpus = tonumber(ARGV[at + 2]), host_gb = tonumber(ARGV[at + 3]),
+                boot_id = boots[i], nominated = ARGV[at + 4] == '1'}
+  if ARGV[at + 5] ~= '' then
+    hold.api_key = ARGV[at + 5]
+  end
+  local value = cjson.encode(hold)
   redis.call('HSET', KEYS[14 + 2 * i], ARGV[at + 1], value)
   redis.call('SADD', KEYS[11], ARGV[at])
   redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[15], '*', 'n', ARGV[at], 'h', ARGV[at + 1], 'v', value)

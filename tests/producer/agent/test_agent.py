@@ -401,6 +401,8 @@ def test_arguments_and_their_defaults() -> None:
         "simulate": None,
         "models_dir": None,
         "stop_grace": 10.0,
+        "advertise": None,
+        "max_restarts": 3,
         "redis_url": None,
         "prefix": None,
     }

@@ -1,17 +1,16 @@
-"""The ``run`` start hook with real processes: a stand-in engine (``standin_engine.py``) started for a hold
+"""The ``run`` start hook with real processes: a stand-in engine (``producer/standin.py``) started for a hold
 placed on a CPU node, asked for its health, measured, stopped on release (TERM, KILL after the grace),
 adopted by an agent started again, and noticed when it dies."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,12 +22,12 @@ from producer import Client
 from producer.agent import Agent, Card, HostMemory, SystemReader, run_from_args
 from producer.agent.engine_state import EngineRecord, Store, default_state_dir, proc_stat
 from producer.agent.supervise import Supervisor
+from tests.producer.agent.conftest import STANDIN, standins
 from tests.producer.agent.test_agent import agent_args
 from tests.worker.helpers import drain, request
 from worker import maintenance
 from worker.records import JobRecord, JobState, Reservation
 
-STANDIN = str(Path(__file__).with_name("standin_engine.py"))
 BOOT = "boot-1"
 WAIT_S = 60.0  # a bound on waiting for a process, not a speed assertion
 HOLD_MIB = 48
@@ -46,23 +45,7 @@ class CpuReader:
 def standin(tag: Path, *extra: str) -> Callable[[list[str]], list[str]]:
     """The engine's command line with the stand-in in place of ``llama-server``, tagged with the test's
     folder (an option the stand-in ignores) so that the test can find its own stand-ins."""
-    return lambda argv: [sys.executable, STANDIN, *argv[1:], "--hold-mib", str(HOLD_MIB), "--tag", str(tag), *extra]
-
-
-def standins(tag: Path) -> list[int]:
-    """The stand-ins tagged ``tag`` that run (zombies left out)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        stat = proc_stat(int(entry.name))
-        if STANDIN.encode() in cmdline and str(tag).encode() in cmdline and stat is not None and stat.state != "Z":
-            found.append(int(entry.name))
-    return found
+    return lambda argv: [sys.executable, "-P", STANDIN, *argv, "--hold-mib", str(HOLD_MIB), "--tag", str(tag), *extra]
 
 
 def until(done: Callable[[], bool], step: Callable[[], object]) -> None:
@@ -71,19 +54,6 @@ def until(done: Callable[[], bool], step: Callable[[], object]) -> None:
         assert time.monotonic() < end, "gave up waiting"
         step()
         time.sleep(0.05)
-
-
-@pytest.fixture
-def engines(tmp_path: Path) -> Iterator[list[int]]:
-    """Pids to make sure of at the end, with every stand-in tagged with the test's folder: any still
-    running is killed, and waited for."""
-    pids: list[int] = []
-    yield pids
-    for pid in {*pids, *standins(tmp_path)}:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
 
 
 def agent(
@@ -216,7 +186,8 @@ def test_an_engine_that_dies_is_noticed_and_its_record_kept(client: Client, tmp_
     assert beat.ended == {held.hold_id: "killed by signal SIGKILL"}
     client.store.snapshot()
     maintenance.sweep(client.store, force=True)
-    assert "ended (killed by signal SIGKILL)" in client.get(rec.job_id).reason
+    # it died before it answered its health: it failed to start
+    assert "failed to start (killed by signal SIGKILL)" in client.get(rec.job_id).reason
 
     # an agent started again reads the death from the record and starts nothing
     with capture_logs() as logs:
@@ -288,7 +259,7 @@ def test_engines_run_starts_the_engine_on_path_and_log_starts_nothing(
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "llama-server"  # the stand-in under the engine's name, first on PATH
-    fake.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@" --hold-mib {HOLD_MIB} --tag {tmp_path}\n')
+    fake.write_text(f'#!/bin/sh\nexec "{sys.executable}" -P "{STANDIN}" "$@" --hold-mib {HOLD_MIB} --tag {tmp_path}\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
