@@ -176,14 +176,24 @@ def _mixers(lang: LanguageConfig, layers: int) -> list[Mixer]:
     return ["attention"] * layers
 
 
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+"""Where configs count a layer's routed experts: Mixtral and gpt-oss, Qwen-MoE, DeepSeek, ERNIE 4.5."""
+
+
 def _mlp(cfg: Mapping[str, Any], i: int) -> Mlp:
     """Whether layer ``i`` of a mixture-of-experts model holds experts: DeepSeek's first
     ``first_k_dense_replace`` are dense, then every ``moe_layer_freq``-th (DeepseekV2DecoderLayer); Qwen-MoE's
     ``mlp_only_layers`` and those off its ``decoder_sparse_step`` are dense (Qwen2MoeDecoderLayer); Llama 4
     has experts on every ``interleave_moe_layer_step``-th (vLLM's Llama4DecoderLayer: ``(i + 1) % step ==
-    0``)."""
-    if not any(_int(cfg, name) for name in ("num_local_experts", "num_experts", "n_routed_experts")):
+    0``); ERNIE 4.5 on the layers from ``moe_layer_start_index`` to ``moe_layer_end_index`` where ``(i + 1)
+    % moe_layer_interval == 0`` (vLLM's Ernie4_5_MoeDecoderLayer)."""
+    if not any(_int(cfg, name) for name in EXPERT_KEYS):
         return "dense"
+    if _int(cfg, "moe_num_experts"):
+        start = cfg.get("moe_layer_start_index", 0)
+        end = cfg.get("moe_layer_end_index", i)
+        inside = isinstance(start, int) and isinstance(end, int) and start <= i <= end
+        return "moe" if inside and (i + 1) % _int(cfg, "moe_layer_interval", 1) == 0 else "dense"
     freq = cfg.get("moe_layer_freq")
     if isinstance(freq, Sequence) and not isinstance(freq, str):
         # MiMo-V2-Flash lists it a layer each: experts where it is 1 (vLLM's mimo_v2_flash.py)

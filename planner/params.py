@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from planner.configs import LanguageConfig
-from planner.layers import Layer, layer_plan
+from planner.layers import EXPERT_KEYS, Layer, layer_plan
 from planner.mixers import mixer_params
 
 UNGATED_MLP = frozenset(
@@ -102,7 +102,7 @@ def _moe(lang: LanguageConfig, hidden: int, mats: int) -> int:
     width, Nemotron-H's of ``moe_shared_expert_intermediate_size``; Llama 4's one of
     ``intermediate_size``; Granite 4.0-H's shared MLP of ``shared_intermediate_size``)."""
     cfg = lang.fields
-    experts = _int(cfg, "num_local_experts") or _int(cfg, "num_experts") or _int(cfg, "n_routed_experts")
+    experts = next((n for n in (_int(cfg, name) for name in EXPERT_KEYS) if n), 0)
     moe_inter = _int(cfg, "moe_intermediate_size") or _int(cfg, "intermediate_size", 4 * hidden)
     latent = _int(cfg, "moe_latent_size")
     # Nemotron 3's latent experts work in moe_latent_size, projected from and back to the hidden width
@@ -115,11 +115,13 @@ def _moe(lang: LanguageConfig, hidden: int, mats: int) -> int:
     if lang.model_type == "granitemoehybrid":  # GraniteMoeHybridMLP beside the experts, on every layer
         moe += 3 * hidden * _int(cfg, "shared_intermediate_size")
     shared_width = _int(cfg, "moe_shared_expert_intermediate_size", moe_inter)
-    return moe + _int(cfg, "n_shared_experts") * mats * hidden * shared_width
+    # ERNIE 4.5's moe_num_shared_experts, of the experts' width (Ernie4_5_MoeMoE, vLLM's ernie45_moe.py)
+    shared_count = _int(cfg, "n_shared_experts") or _int(cfg, "moe_num_shared_experts")
+    return moe + shared_count * mats * hidden * shared_width
 
 
 def _attention(cfg: Mapping[str, Any], hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
-    kv_lora = _int(cfg, "kv_lora_rank")
+    kv_lora = _int(cfg, "kv_lora_rank") if cfg.get("use_mla") is not False else 0
     if kv_lora:  # MLA: DeepseekV3Attention's q_a/q_b (or q), kv_a, kv_b and o projections
         rope, nope = _int(cfg, "qk_rope_head_dim"), _int(cfg, "qk_nope_head_dim")
         v_dim = _int(cfg, "v_head_dim", nope)
@@ -128,7 +130,7 @@ def _attention(cfg: Mapping[str, Any], hidden: int, heads: int, kv_heads: int, h
         return q + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
     # values of their own width where the config says (MiMo-V2-Flash: v_proj and o_proj of v_head_dim,
     # MiMoV2FlashAttention)
-    v_dim = _int(cfg, "v_head_dim", head_dim)
+    v_dim = _int(cfg, "v_head_dim", head_dim)  # 0 or null: no width of its own
     return hidden * heads * (head_dim + v_dim) + hidden * kv_heads * (head_dim + v_dim)
 
 

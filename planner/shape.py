@@ -9,7 +9,7 @@ from typing import Any
 from planner.configs import LanguageConfig, language_config
 from planner.constants import INDEXER_QUANT_BLOCK, INDEXER_SCALE_BYTES, KV_BYTES_PER_ELEMENT
 from planner.errors import InvalidInput
-from planner.layers import layer_plan
+from planner.layers import EXPERT_KEYS, layer_plan
 from planner.mixers import state_bytes_per_sequence
 from planner.model import Shape
 from planner.params import mlp_width, params_from_config, vision_hidden, vision_params
@@ -68,7 +68,7 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
     per_layer_heads = sorted({layer.kv_heads for layer in plan if layer.mixer == "attention" and layer.kv_heads})
     # DeciLM leaves num_key_value_heads null and gives each layer its own: the fewest bound a split
     kv_heads = per_layer_heads[0] if per_layer_heads else _kv_heads(lang, heads, whole)
-    mla = cfg.get("kv_lora_rank") is not None
+    mla = uses_mla(cfg)
     if mla:
         per_layer = whole("kv_lora_rank") + whole("qk_rope_head_dim")
     else:
@@ -81,8 +81,10 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
                     lang.source, "hidden_size", f"{hidden} does not divide by num_attention_heads {heads}"
                 )
             head_dim = hidden // heads
-        # keys of head_dim, values of v_head_dim where the config sets it apart (MiMo-V2-Flash)
-        per_layer = kv_heads * (head_dim + whole("v_head_dim", default=head_dim))
+        # keys of head_dim, values of v_head_dim where the config sets it apart (MiMo-V2-Flash); a
+        # v_head_dim of 0 is an MLA key the model does not use (DeepSeek-OCR's use_mla false)
+        v_dim = head_dim if cfg.get("v_head_dim") == 0 else whole("v_head_dim", default=head_dim)
+        per_layer = kv_heads * (head_dim + v_dim)
     attention = [layer for layer in plan if layer.mixer == "attention"]
     kv = sum(per_layer * (layer.kv_heads or kv_heads) // kv_heads for layer in attention) * KV_BYTES_PER_ELEMENT
     kv += len(attention) * _indexer_key_bytes(cfg)
@@ -112,6 +114,15 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
     )
 
 
+def uses_mla(cfg: Mapping[str, Any]) -> bool:
+    """Whether the attention is MLA: a ``kv_lora_rank`` that is not null, unless ``use_mla`` is false.
+    vLLM's ``is_deepseek_mla`` (vllm/config/model.py) asks ``kv_lora_rank is not None``; DeepSeek-VL2's and
+    DeepSeek-OCR's language configs say ``use_mla: false`` with a null ``kv_lora_rank`` and zero MLA head
+    widths, and their ``DeepseekV2DecoderLayer`` then builds plain multi-head attention (DeepSeek's
+    modeling_deepseekv2.py: ``"mla_" if config.use_mla else "mha_"``)."""
+    return cfg.get("kv_lora_rank") is not None and cfg.get("use_mla") is not False
+
+
 def _indexer_key_bytes(cfg: Mapping[str, Any]) -> int:
     """Bytes per token per layer of a sparse-attention indexer's key cache, 0 without one. vLLM builds the
     indexer where the config has ``index_topk`` (DeepSeek-V3.2, GLM-5) and caches its key, one head of
@@ -124,8 +135,8 @@ def _indexer_key_bytes(cfg: Mapping[str, Any]) -> int:
     return head_dim + head_dim // INDEXER_QUANT_BLOCK * INDEXER_SCALE_BYTES
 
 
-EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
-"""Where configs count a mixture's routed experts: Mixtral and gpt-oss, Qwen-MoE, DeepSeek."""
+EXPERT_FIELDS = EXPERT_KEYS
+"""Where configs count a mixture's routed experts (``planner.layers.EXPERT_KEYS``)."""
 
 
 def _size(cfg: Mapping[str, Any], name: str) -> int:

@@ -598,6 +598,14 @@ ENTRIES: dict[str, Entry] = {
         + 47 * (2048 * 768 + 768 * 20 * 256 + 2048 * 576 + 512 * 20 * (192 + 256) + 20 * 256 * 2048)
         + 3 * 2048 * 10240 + 46 * (64 * 3 * 2048 * 1536 + 3 * 2048 * 1536 + 2048 * 64),
     ),
+    "deepseek-ai--DeepSeek-OCR": Entry(
+        # DeepSeek-V2's layers with use_mla false: multi-head attention of 10 heads of 128 (the null
+        # kv_lora_rank and zero MLA head widths unused); 1 dense layer, 11 of 64 experts of 896 and 2 shared;
+        # the SAM and CLIP towers (0.4B by the weights' listing) are not counted
+        "DeepseekOCRForCausalLM", kv=12 * 2 * 10 * 128 * 2,
+        params=129280 * 1280 * 2 + 12 * 4 * 1280 * 1280 + 3 * 1280 * 6848
+        + 11 * (64 * 3 * 1280 * 896 + 1280 * 64 + 2 * 3 * 1280 * 896),
+    ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
         note="an adapter's files only: its base model is meta-llama--Llama-3.2-3B",
