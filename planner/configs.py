@@ -252,6 +252,26 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 131072,
         "tie_word_embeddings": False,
     },
+    "gemma3n_text": {
+        # Gemma3nTextConfig (configuration_gemma3n.py): E2B's language model; every fifth layer full, the
+        # last 10 sharing the KV cache of earlier ones; the output head tied to the embeddings
+        "vocab_size": 262400,
+        "vocab_size_per_layer_input": 262144,
+        "hidden_size": 2048,
+        "hidden_size_per_layer_input": 256,
+        "intermediate_size": 16384,
+        "num_hidden_layers": 35,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "sliding_window": 512,
+        "num_kv_shared_layers": 15,
+        "laurel_rank": 64,
+        "altup_num_inputs": 4,
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": True,
+    },
+    "gemma4_text": {"tie_word_embeddings": True},  # Gemma 4's text configs tie the output head as Gemma's
     # the output head tied to the embeddings unless the config says otherwise: GPTBigCodeConfig and
     # Starcoder2Config pass PretrainedConfig's tie_word_embeddings=True through, MiniCPM3Config sets it
     # True (configuration_minicpm3.py); GPTBigCodeForCausalLM, Starcoder2ForCausalLM and
@@ -279,6 +299,8 @@ TEXT_MODEL_TYPE: dict[str, str] = {
     "qwen2_vl": "qwen2_vl_text",
     "qwen2_5_vl": "qwen2_5_vl_text",
     "mistral3": "mistral",
+    "gemma3n": "gemma3n_text",
+    "gemma4": "gemma4_text",
 }
 """A multimodal config's language model type, when its ``text_config`` names none."""
 

@@ -134,7 +134,29 @@ def layer_plan(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
         if cfg.get(key) is not None:
             raise _refuse(lang, key, "a layer pattern the planner does not read")
     mixers = _mixers(lang, layers)
-    return tuple(Layer(mixer, _mlp(cfg, i)) for i, mixer in enumerate(mixers))
+    widths = mlp_widths(lang, layers)
+    return tuple(Layer(mixer, _mlp(cfg, i), intermediate=widths[i]) for i, mixer in enumerate(mixers))
+
+
+def mlp_widths(lang: LanguageConfig, layers: int) -> list[int]:
+    """Each layer's dense MLP width where the config sets it by layer, else 0 (the model's): an
+    ``intermediate_size`` listed a layer each (Gemma 3n's MatFormer widths, Gemma3nTextConfig), refused
+    unless it lists one whole number for each layer; and Gemma 4's ``use_double_wide_mlp``, twice the width
+    on the layers that share their KV cache (``num_kv_shared_layers``)."""
+    cfg = lang.fields
+    listed = cfg.get("intermediate_size")
+    widths = [0] * layers
+    if isinstance(listed, Sequence) and not isinstance(listed, str):
+        if len(listed) != layers or not all(type(w) is int and w > 0 for w in listed):
+            raise _refuse(
+                lang, "intermediate_size", f"a list must give one whole width for each of the {layers} layers"
+            )
+        widths = list(listed)
+    shared = _int(cfg, "num_kv_shared_layers")
+    if cfg.get("use_double_wide_mlp") is True and 0 < shared < layers:
+        base = _int(cfg, "intermediate_size")
+        widths = [(w or base) * 2 if i >= layers - shared else w for i, w in enumerate(widths)]
+    return widths
 
 
 def _mixers(lang: LanguageConfig, layers: int) -> list[Mixer]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from planner.caches import full_flags
 from planner.configs import LanguageConfig
 from planner.layers import EXPERT_KEYS, Layer, layer_plan
 from planner.mixers import mixer_params
@@ -57,7 +58,10 @@ def mlp_width(lang: LanguageConfig) -> int:
     hidden = _int(cfg, "hidden_size")
     if not hidden:
         return 0
-    width = _int(cfg, "intermediate_size_mlp") or _int(cfg, "intermediate_size", 4 * hidden)
+    listed = cfg.get("intermediate_size")
+    if isinstance(listed, list) and listed and all(type(w) is int and w > 0 for w in listed):
+        listed = max(listed)  # Gemma 3n's widths a layer each: the widest bounds a split
+    width = _int(cfg, "intermediate_size_mlp") or _int({"intermediate_size": listed}, "intermediate_size", 4 * hidden)
     if lang.model_type in HALVED_MLP:
         width //= 2
     if lang.model_type == "granitemoehybrid":  # its dense MLP is the shared one every layer has
@@ -79,9 +83,14 @@ def params_from_config(lang: LanguageConfig, kv_heads: int, plan: tuple[Layer, .
     mats = 2 if lang.model_type in UNGATED_MLP else 3
     dense_inter = mlp_width(lang)
     moe = _moe(lang, hidden, mats) if any(layer.mlp == "moe" for layer in plan) else 0
-    total = embed + (2 * len(plan) + 1) * hidden + _vision(lang.top, hidden)
-    for layer in plan:
-        if layer.mixer == "attention":
+    total = embed + (2 * len(plan) + 1) * hidden + _vision(lang.top, hidden) + _per_layer_inputs(cfg, hidden, len(plan))
+    full = full_flags(lang, len(plan))
+    global_heads, global_dim = _int(cfg, "num_global_key_value_heads"), _int(cfg, "global_head_dim")
+    for i, layer in enumerate(plan):
+        if layer.mixer == "attention" and full[i] and (global_heads or global_dim):
+            # Gemma 4's full layers: their own KV heads and head width (planner.caches)
+            total += _attention(cfg, hidden, heads, global_heads or kv_heads, global_dim or head_dim)
+        elif layer.mixer == "attention":
             total += _attention(cfg, hidden, heads, layer.kv_heads or kv_heads, head_dim)
             if cfg.get("attn_output_gate", lang.model_type == "qwen3_next"):
                 total += hidden * heads * head_dim  # Qwen3-Next's gated attention: q_proj doubled for the gate
@@ -93,6 +102,24 @@ def params_from_config(lang: LanguageConfig, kv_heads: int, plan: tuple[Layer, .
             total += moe
         elif layer.mlp == "linear":
             total += hidden * hidden
+    return total
+
+
+def _per_layer_inputs(cfg: Mapping[str, Any], hidden: int, layers: int) -> int:
+    """Gemma 3n's parts beside its layers (Gemma3nTextModel, vLLM's gemma3n.py): per-layer embeddings
+    (``embed_tokens_per_layer``, ``vocab_size_per_layer_input`` x layers x ``hidden_size_per_layer_input``)
+    and their projection from the hidden state, each layer's gate into and projection out of them; each
+    layer's LAuReL block (two matrices through ``laurel_rank``) and AltUp router; the AltUp projections
+    in and out (``altup_num_inputs - 1`` each way). 0 for a model without them."""
+    per_layer = _int(cfg, "hidden_size_per_layer_input")
+    total = 0
+    if per_layer:
+        vocab = _int(cfg, "vocab_size_per_layer_input") or _int(cfg, "vocab_size")
+        total += vocab * layers * per_layer + hidden * layers * per_layer + layers * 2 * hidden * per_layer
+    total += layers * 2 * hidden * _int(cfg, "laurel_rank")
+    streams = _int(cfg, "altup_num_inputs")
+    if streams > 1:
+        total += 2 * (streams - 1) * hidden * hidden + layers * (hidden * streams + streams**3 + streams**2)
     return total
 
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from planner.caches import first_shared
+from planner.configs import language_config
 from planner.constants import KV_BYTES_PER_ELEMENT
 from planner.errors import InvalidInput
 from planner.model import Shape
@@ -76,6 +78,8 @@ def shape_of(
     if not isinstance(config, Mapping):
         return shape_from_config(config, source=source), ()
     counted = shape_from_config(config, source=source)
+    if reading is not None:
+        reading = _own_caches(reading, config, source)
     if reading is not None and reading.params:
         shape, notes = with_weights(counted, reading)
         # the headers' own bytes where they tell them: the files hold the headers' JSON besides
@@ -90,6 +94,20 @@ def shape_of(
         return shape, (*notes, *named)
     shape, more = with_weights(shape, reading)
     return shape, (*notes, *more)
+
+
+def _own_caches(reading: WeightsReading, config: Mapping[str, Any], source: str) -> WeightsReading:
+    """``reading`` without the key/value projections of layers that keep no cache of their own: Gemma 3n's
+    last ``num_kv_shared_layers`` hold k_proj and v_proj but read the cache of an earlier layer
+    (``planner.caches``)."""
+    first = first_shared(language_config(config, source), reading.layers) if reading.layers else 0
+    if not first or first >= reading.layers:
+        return reading
+    return replace(
+        reading,
+        kv_layers=tuple(i for i in reading.kv_layers if i < first),
+        kv_widths=tuple((i, w) for i, w in reading.kv_widths if i < first),
+    )
 
 
 def _counted_by(index_params: int, params: int) -> str:

@@ -8,7 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from planner import shape_from_config
+import pytest
+
+from planner import InvalidInput, repository_from_listing, shape_from_config
+from tests.planner.test_weights import header
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 
@@ -66,3 +69,139 @@ def test_experts_under_ernies_keys_are_counted() -> None:
     # layers past moe_layer_end_index, or off moe_layer_interval, are dense
     fewer = shape_from_config({**ERNIE_45_21B, "moe_layer_end_index": 13})
     assert abs(hand - fewer.params - 14 * (expert_layer - 3 * 2560 * 12288)) <= 0.001 * hand
+
+
+def gemma3n_e2b() -> dict[str, Any]:
+    """Gemma 3n E2B's language model as Gemma3nTextConfig and vLLM's gemma3n.py read it: 30 layers, every
+    fifth full and the others sliding (window 512), the last 10 sharing the KV cache of earlier layers,
+    ``intermediate_size`` a layer each, per-layer embeddings of 256 a layer, LAuReL of rank 64, AltUp of 4
+    streams; the whole nested in a multimodal config with audio and vision towers."""
+    text = {
+        "model_type": "gemma3n_text",
+        "hidden_size": 2048,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "intermediate_size": [8192] * 30,
+        "vocab_size": 262400,
+        "vocab_size_per_layer_input": 262144,
+        "hidden_size_per_layer_input": 256,
+        "num_kv_shared_layers": 10,
+        "laurel_rank": 64,
+        "altup_num_inputs": 4,
+        "sliding_window": 512,
+        "layer_types": ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(30)],
+        "max_position_embeddings": 32768,
+    }
+    return {
+        "architectures": ["Gemma3nForConditionalGeneration"],
+        "model_type": "gemma3n",
+        "text_config": text,
+        "audio_config": {"model_type": "gemma3n_audio", "hidden_size": 1536},
+        "vision_config": {"model_type": "gemma3n_vision", "architecture": "mobilenetv5_300m_enc"},
+        "torch_dtype": "bfloat16",
+    }
+
+
+def test_shared_kv_layers_keep_no_cache_and_sliding_layers_keep_their_window() -> None:
+    shape = shape_from_config(gemma3n_e2b())
+    per_layer = 2 * 2 * 256 * 2  # 2 KV heads of 256, keys and values, 2 bytes
+    # 20 layers own a cache (4 full, 16 sliding); the last 10 reuse layers 18 and 19's
+    assert shape.kv_bytes_per_token == 20 * per_layer
+    assert shape.windows == ((512, 16 * per_layer),)
+    assert shape.attention_layers == 20
+
+
+def test_per_layer_widths_and_per_layer_embeddings_are_counted() -> None:
+    shape = shape_from_config(gemma3n_e2b())
+    hidden, layers = 2048, 30
+    attention = hidden * 8 * 256 * 2 + hidden * 2 * 256 * 2
+    per_layer_inputs = 262144 * layers * 256 + hidden * layers * 256 + layers * 2 * hidden * 256
+    laurel_altup = layers * 2 * hidden * 64 + 2 * 3 * hidden * hidden
+    hand = 262400 * hidden + layers * (attention + 3 * hidden * 8192) + per_layer_inputs + laurel_altup
+    assert abs(shape.params - hand) <= 0.001 * hand
+    assert shape.mlp_width == 8192
+    # a list of another length is refused in one line
+    config = gemma3n_e2b()
+    config["text_config"] = {**config["text_config"], "intermediate_size": [8192] * 29}
+    with pytest.raises(InvalidInput, match=r"intermediate_size: .* one whole width for each of the 30 layers"):
+        shape_from_config(config)
+
+
+def gemma4_31b_text() -> dict[str, Any]:
+    """A Gemma 4 language model as its configs read: full layers (every sixth) with their own KV heads
+    (``num_global_key_value_heads``) and head width (``global_head_dim``), sliding ones of 1024 tokens."""
+    return {
+        "model_type": "gemma4_text",
+        "num_hidden_layers": 60,
+        "hidden_size": 5376,
+        "intermediate_size": 21504,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 16,
+        "num_global_key_value_heads": 4,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "sliding_window": 1024,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 10,
+        "vocab_size": 262144,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 262144,
+    }
+
+
+def test_global_layers_keep_their_own_kv_heads_and_head_width() -> None:
+    shape = shape_from_config(gemma4_31b_text())
+    sliding, full = 16 * 256 * 2 * 2, 4 * 512 * 2 * 2
+    assert shape.kv_bytes_per_token == 50 * sliding + 10 * full
+    assert shape.windows == ((1024, 50 * sliding),)
+    hidden = 5376
+    attention = 50 * (hidden * 32 * 256 * 2 + hidden * 16 * 256 * 2) + 10 * (
+        hidden * 32 * 512 * 2 + hidden * 4 * 512 * 2
+    )
+    hand = 262144 * hidden + attention + 60 * 3 * hidden * 21504
+    assert abs(shape.params - hand) <= 0.001 * hand
+
+
+def test_sliding_layers_keep_their_window_in_any_family_that_lists_them() -> None:
+    # a model type with no rule of its own whose layer_types mix sliding and full layers (OLMo 3's)
+    config = {
+        "model_type": "olmo3",
+        "num_hidden_layers": 8,
+        "hidden_size": 1024,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "sliding_window": 4096,
+        "layer_types": (["sliding_attention"] * 3 + ["full_attention"]) * 2,
+        "vocab_size": 1000,
+    }
+    per_layer = 8 * 128 * 2 * 2
+    shape = shape_from_config(config)
+    assert shape.kv_bytes_per_token == 8 * per_layer
+    assert shape.windows == ((4096, 6 * per_layer),)
+    # a window on every layer alike is no window: llama.cpp caches such layers whole
+    every = {**config, "layer_types": ["sliding_attention"] * 8}
+    assert shape_from_config(every).windows == ()
+
+
+def test_mimo_sliding_layers_keep_their_window() -> None:
+    shape = shape_from_config(corpus_config("XiaomiMiMo--MiMo-V2-Flash"))
+    assert shape.windows and shape.windows[0][0] == 128
+
+
+def test_headers_of_shared_layers_do_not_bring_their_cache_back() -> None:
+    # every layer of a Gemma 3n holds k_proj and v_proj; the last 10 read an earlier layer's cache
+    text = gemma3n_e2b()["text_config"]
+    small = {**text, "hidden_size": 64, "vocab_size": 512, "vocab_size_per_layer_input": 512}
+    small |= {"intermediate_size": [128] * 30, "hidden_size_per_layer_input": 8, "head_dim": 16}
+    t: dict[str, tuple[str, list[int]]] = {"model.language_model.embed_tokens.weight": ("BF16", [512, 64])}
+    for i in range(30):
+        p = f"model.language_model.layers.{i}.self_attn."
+        t |= {p + f"{x}_proj.weight": ("BF16", [32 if x in "kv" else 128, 64]) for x in "qkvo"}
+    head = header(t)
+    files = [
+        {"path": "model.safetensors", "size": max(v["data_offsets"][1] for k, v in head.items() if k != "__metadata__")}
+    ]
+    config = {**gemma3n_e2b(), "text_config": small}
+    repo = repository_from_listing(files, config, headers=head)
+    assert repo.shape.kv_bytes_per_token == 20 * 2 * 2 * 16 * 2
