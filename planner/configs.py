@@ -271,7 +271,22 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 32768,
         "tie_word_embeddings": True,
     },
-    "gemma4_text": {"tie_word_embeddings": True},  # Gemma 4's text configs tie the output head as Gemma's
+    "gemma4_text": {"tie_word_embeddings": True},
+    "lfm2": {
+        # Lfm2Config (configuration_lfm2.py): the output head tied, the MLP width adjusted
+        "vocab_size": 65536,
+        "hidden_size": 2560,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 128000,
+        "conv_L_cache": 3,
+        "block_multiple_of": 256,
+        "block_ffn_dim_multiplier": 1.0,
+        "block_auto_adjust_ff_dim": True,
+        "tie_word_embeddings": True,
+    },  # Gemma 4's text configs tie the output head as Gemma's
     # the output head tied to the embeddings unless the config says otherwise: GPTBigCodeConfig and
     # Starcoder2Config pass PretrainedConfig's tie_word_embeddings=True through, MiniCPM3Config sets it
     # True (configuration_minicpm3.py); GPTBigCodeForCausalLM, Starcoder2ForCausalLM and
@@ -317,7 +332,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "num_attention_heads": ("n_head", "n_heads"),
     "hidden_size": ("n_embd", "n_embed", "d_model"),
     "num_key_value_heads": ("n_head_kv", "num_kv_heads"),
-    "intermediate_size": ("ffn_hidden_size", "n_inner"),
+    "intermediate_size": ("ffn_hidden_size", "n_inner", "block_ff_dim"),
+    "tie_word_embeddings": ("tie_embedding",),  # LFM2's name for it (Lfm2Config)
     "head_dim": ("kv_channels", "attention_head_dim"),
     "vocab_size": ("padded_vocab_size",),
 }

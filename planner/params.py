@@ -64,9 +64,22 @@ def mlp_width(lang: LanguageConfig) -> int:
     width = _int(cfg, "intermediate_size_mlp") or _int({"intermediate_size": listed}, "intermediate_size", 4 * hidden)
     if lang.model_type in HALVED_MLP:
         width //= 2
+    if lang.model_type == "lfm2" and cfg.get("block_auto_adjust_ff_dim"):
+        width = lfm2_width(cfg, width)
     if lang.model_type == "granitemoehybrid":  # its dense MLP is the shared one every layer has
         width = _int(cfg, "shared_intermediate_size", width)
     return width
+
+
+def lfm2_width(cfg: Mapping[str, Any], width: int) -> int:
+    """LFM2's MLP width where ``block_auto_adjust_ff_dim`` is set (Lfm2MLP, vLLM's lfm2.py): two thirds of
+    the configured width, times ``block_ffn_dim_multiplier``, rounded up to ``block_multiple_of``."""
+    width = int(2 * width / 3)
+    multiplier = cfg.get("block_ffn_dim_multiplier")
+    if isinstance(multiplier, int | float) and not isinstance(multiplier, bool) and 0 < multiplier < 1 << 10:
+        width = int(multiplier * width)
+    multiple = _int(cfg, "block_multiple_of", 256)
+    return multiple * -(-width // multiple)
 
 
 def params_from_config(lang: LanguageConfig, kv_heads: int, plan: tuple[Layer, ...] = ()) -> int:
@@ -96,6 +109,8 @@ def params_from_config(lang: LanguageConfig, kv_heads: int, plan: tuple[Layer, .
                 total += hidden * heads * head_dim  # Qwen3-Next's gated attention: q_proj doubled for the gate
         else:
             total += mixer_params(cfg, layer, hidden)
+        if layer.beside != "none":
+            total += mixer_params(cfg, Layer(layer.beside), hidden)
         if layer.mlp == "dense":
             total += mats * hidden * (layer.intermediate or dense_inter)
         elif layer.mlp == "moe":
@@ -143,7 +158,10 @@ def _moe(lang: LanguageConfig, hidden: int, mats: int) -> int:
         moe += 3 * hidden * _int(cfg, "shared_intermediate_size")
     shared_width = _int(cfg, "moe_shared_expert_intermediate_size", moe_inter)
     # ERNIE 4.5's moe_num_shared_experts, of the experts' width (Ernie4_5_MoeMoE, vLLM's ernie45_moe.py)
+    # and Kimi Linear's num_shared_experts (KimiMoE, vLLM's kimi_linear.py)
     shared_count = _int(cfg, "n_shared_experts") or _int(cfg, "moe_num_shared_experts")
+    if lang.model_type == "kimi_linear":
+        shared_count = shared_count or _int(cfg, "num_shared_experts")
     return moe + shared_count * mats * hidden * shared_width
 
 

@@ -606,6 +606,16 @@ ENTRIES: dict[str, Entry] = {
         params=129280 * 1280 * 2 + 12 * 4 * 1280 * 1280 + 3 * 1280 * 6848
         + 11 * (64 * 3 * 1280 * 896 + 1280 * 64 + 2 * 3 * 1280 * 896),
     ),
+    "tiiuae--Falcon-H1-0.5B-Base": Entry(
+        # attention (8 heads, 2 KV heads of 64) and a Mamba-2 mixer (24 heads of 64, state 128, 1 group)
+        # side by side on each of 36 layers, then a gated MLP of 2048; untied
+        "FalconH1ForCausalLM", kv=36 * 2 * 2 * 64 * 2,
+        params=32784 * 1024 * 2 + 36 * (
+            2 * 1024 * 8 * 64 + 2 * 1024 * 2 * 64
+            + 1024 * (2 * 1536 + 2 * 128 + 24) + 1792 * 4 + 1536 * 1024
+            + 3 * 1024 * 2048
+        ),
+    ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
         note="an adapter's files only: its base model is meta-llama--Llama-3.2-3B",

@@ -205,3 +205,105 @@ def test_headers_of_shared_layers_do_not_bring_their_cache_back() -> None:
     config = {**gemma3n_e2b(), "text_config": small}
     repo = repository_from_listing(files, config, headers=head)
     assert repo.shape.kv_bytes_per_token == 20 * 2 * 2 * 16 * 2
+
+
+def test_falcon_h1_keeps_attention_and_mamba_side_by_side_on_every_layer() -> None:
+    shape = shape_from_config(corpus_config("tiiuae--Falcon-H1-0.5B-Base"))
+    # every layer caches 2 KV heads of 64 and keeps a Mamba-2 state: a convolution over x, B and C
+    # (1536 + 2 x 128) and 24 heads of 64 x 128
+    assert shape.kv_bytes_per_token == 36 * 2 * 2 * 64 * 2
+    assert shape.state_bytes_per_sequence == 36 * (3 * 1792 * 2 + 24 * 64 * 128 * 2)
+    attention = 2 * 1024 * 8 * 64 + 2 * 1024 * 2 * 64
+    mamba = 1024 * (2 * 1536 + 2 * 128 + 24) + 1792 * 4 + 1536 * 1024
+    hand = 32784 * 1024 * 2 + 36 * (attention + mamba + 3 * 1024 * 2048)
+    assert abs(shape.params - hand) <= 0.001 * hand
+
+
+LFM2_350M = {
+    # LFM2.5-350M's shape: 6 attention layers among 16, short convolutions in the others
+    "architectures": ["Lfm2ForCausalLM"],
+    "model_type": "lfm2",
+    "hidden_size": 1024,
+    "intermediate_size": 6656,
+    "block_auto_adjust_ff_dim": True,
+    "block_ffn_dim_multiplier": 1.0,
+    "block_multiple_of": 256,
+    "conv_L_cache": 3,
+    "conv_dim": 1024,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "vocab_size": 65536,
+    "tie_embedding": True,
+    "max_position_embeddings": 128000,
+    "layer_types": ["full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)],
+}
+
+
+def test_lfm2_caches_its_attention_layers_and_keeps_a_short_convolution_state() -> None:
+    shape = shape_from_config(LFM2_350M)
+    assert shape.kv_bytes_per_token == 6 * 2 * 8 * 64 * 2
+    assert shape.state_bytes_per_sequence == 10 * 2 * 1024 * 2
+    # the MLP's width adjusted as Lfm2MLP does: 2/3 of 6656, up to a multiple of 256: 4608
+    assert shape.mlp_width == 4608
+    attention = 2 * 1024 * 1024 + 2 * 1024 * 512
+    conv = 1024 * 3 * 1024 + 1024 * 3 + 1024 * 1024
+    hand = 65536 * 1024 + 6 * attention + 10 * conv + 16 * 3 * 1024 * 4608 + 33 * 1024  # tied; norms
+    assert abs(shape.params - hand) <= 0.0001 * hand
+    # older configs give full_attn_idxs alone
+    older = {k: v for k, v in LFM2_350M.items() if k != "layer_types"} | {"full_attn_idxs": [2, 5, 8, 10, 12, 14]}
+    assert shape_from_config(older).kv_bytes_per_token == shape.kv_bytes_per_token
+
+
+def kimi_linear() -> dict[str, Any]:
+    """A Kimi Linear of Kimi-Linear-48B-A3B's shape: Kimi Delta Attention on 20 of 27 layers (counted from
+    1 in ``linear_attn_config``), MLA on the other 7; 256 experts of 1024 and a shared one from layer 1."""
+    full = [4, 8, 12, 16, 20, 24, 27]
+    return {
+        "architectures": ["KimiLinearForCausalLM"],
+        "model_type": "kimi_linear",
+        "hidden_size": 2304,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 32,
+        "kv_lora_rank": 512,
+        "q_lora_rank": None,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "mla_use_nope": True,
+        "num_experts": 256,
+        "num_experts_per_token": 8,
+        "moe_intermediate_size": 1024,
+        "num_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "moe_layer_freq": 1,
+        "intermediate_size": 9216,
+        "vocab_size": 163840,
+        "linear_attn_config": {
+            "full_attn_layers": full,
+            "kda_layers": [i for i in range(1, 28) if i not in full],
+            "head_dim": 128,
+            "num_heads": 32,
+            "short_conv_kernel_size": 4,
+        },
+    }
+
+
+def test_kimi_linear_caches_its_mla_layers_and_keeps_delta_attention_state() -> None:
+    flat = shape_from_config(kimi_linear())
+    assert flat.mla and flat.attention_layers == 7
+    assert flat.kv_bytes_per_token == 7 * (512 + 64) * 2
+    # three short convolutions (q, k, v) in 16 bits, a 128 x 128 state a head in float32
+    assert flat.state_bytes_per_sequence == 20 * (3 * 3 * 32 * 128 * 2 + 32 * 128 * 128 * 4)
+    hidden, inner = 2304, 32 * 128
+    mla = hidden * 32 * 192 + hidden * 576 + 512 * 32 * 256 + 32 * 128 * hidden
+    kda = 4 * hidden * inner + 2 * (hidden * 128 + 128 * inner) + hidden * 32 + 3 * inner * 4
+    experts = 256 * 3 * hidden * 1024 + hidden * 256 + 3 * hidden * 1024
+    hand = 163840 * hidden * 2 + 7 * mla + 20 * kda + 3 * hidden * 9216 + 26 * experts
+    assert abs(flat.params - hand) <= 0.001 * hand
+    # the larger models nest it in a text_config
+    nested = shape_from_config({"model_type": "kimi_k3", "text_config": kimi_linear(), "vision_config": {}})
+    assert (nested.kv_bytes_per_token, nested.state_bytes_per_sequence) == (
+        flat.kv_bytes_per_token,
+        flat.state_bytes_per_sequence,
+    )
