@@ -102,3 +102,40 @@ def test_a_reading_within_the_dtype_stands_without_a_word() -> None:
     repo = repository_from_listing([{"path": "model.safetensors", "size": 2 * counted + 4096}], dense)
     assert repo.shape.params == counted + HIDDEN
     assert repo.notes == ()
+
+
+def listed_config() -> dict[str, Any]:
+    """A family no rule names whose MLP width is listed a layer each (as Gemma 3n's is)."""
+    return {**moe_config(), "expert_count_per_layer": None, "intermediate_size": [WIDTH, 2 * WIDTH, WIDTH, 2 * WIDTH]}
+
+
+def listed_header() -> dict[str, Any]:
+    t: dict[str, tuple[str, list[int]]] = {"model.embed_tokens.weight": ("BF16", [VOCAB, HIDDEN])}
+    for i, width in enumerate(listed_config()["intermediate_size"]):
+        p = f"model.layers.{i}."
+        t |= {p + f"self_attn.{x}_proj.weight": ("BF16", [32 if x in "kv" else HIDDEN, HIDDEN]) for x in "qkvo"}
+        t |= {
+            p + f"mlp.{m}_proj.weight": ("BF16", [width, HIDDEN] if m != "down" else [HIDDEN, width])
+            for m in ("gate", "up", "down")
+        }
+    t["lm_head.weight"] = ("BF16", [VOCAB, HIDDEN])
+    return header(t)
+
+
+def test_per_layer_lists_are_read_right_with_or_without_headers() -> None:
+    head = listed_header()
+    params, size = params_and_bytes(head)
+    files = [{"path": "model.safetensors", "size": size}]
+    from_config = repository_from_listing(files, listed_config())
+    assert abs(from_config.shape.params - params) <= 0.01 * params
+    assert from_config.notes == ()
+    from_headers = repository_from_listing(files, listed_config(), headers=head)
+    assert from_headers.shape.params == params
+    assert 15.9 < from_headers.artifacts[-1].weights_bytes * 8 / params <= 16
+
+
+def test_a_per_layer_list_the_reader_does_not_know_is_refused_in_one_line() -> None:
+    config = {**listed_config(), "num_key_value_heads": [2, 2, 1, 1]}
+    with pytest.raises(InvalidInput, match=r"num_key_value_heads: must be a whole number .*given \[2, 2, 1, 1\]") as e:
+        repository_from_listing([{"path": "model.safetensors", "size": 10**6}], config)
+    assert "\n" not in str(e.value)
