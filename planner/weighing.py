@@ -9,7 +9,7 @@ describes) is planned at the bits its bytes give, not at the dtype's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -17,7 +17,8 @@ from planner.caches import first_shared
 from planner.configs import language_config
 from planner.constants import KV_BYTES_PER_ELEMENT
 from planner.errors import InvalidInput
-from planner.model import Shape
+from planner.model import Artifact, Shape
+from planner.quant import bits_of
 from planner.quantconfig import config_dtype, is_quantised, original_quant
 from planner.shape import shape_from_config
 from planner.weights import WeightsReading, kv_layers_by_name
@@ -108,6 +109,38 @@ def _own_caches(reading: WeightsReading, config: Mapping[str, Any], source: str)
         kv_layers=tuple(i for i in reading.kv_layers if i < first),
         kv_widths=tuple((i, w) for i, w in reading.kv_widths if i < first),
     )
+
+
+GGUF_OVER_NOMINAL = 2.0
+"""How far past its quantisation's nominal bits (``Q4_K_M`` 4.8) a GGUF file's bits a weight may go by
+the config's count before the count is doubted: llama.cpp keeps the embeddings and output of a small
+model in wider types (Q6_K, Q8_0), which lifts a 0.5B model's Q4_K_M to about 6."""
+
+
+def check_gguf_bits(artifacts: Sequence[Artifact], shape: Shape, source: str) -> None:
+    """Refuse, in one line, GGUF files whose bytes put the config's count (less a vision tower, which
+    llama.cpp keeps in its projector file) at bits a weight no format stores, or at more than
+    ``GGUF_OVER_NOMINAL`` times (plus one) the bits their quantisation names."""
+    params = shape.params - shape.vision_params
+    if params <= 0:
+        return
+    for a in artifacts:
+        if a.format != "gguf" or not a.bytes:
+            continue
+        bits = a.bytes * 8 / params
+        nominal = bits_of(a.quant)
+        ceiling = min(MAX_BITS, GGUF_OVER_NOMINAL * nominal + 1) if nominal else MAX_BITS
+        if MIN_BITS <= bits <= ceiling:
+            continue
+        named = f"past the {ceiling:g} its quant {a.quant} allows" if nominal else f"past the {MAX_BITS:g} any format"
+        bound = f"under the {MIN_BITS:g} any format stores" if bits < MIN_BITS else named
+        raise InvalidInput(
+            source,
+            "(weights)",
+            f"the config's shapes give {params:,} parameters and {a.name} holds {a.bytes:,} bytes: "
+            f"{bits:.1f} bits a weight, {bound}; the config and the weights disagree (read the shape from "
+            "the GGUF file's own header)",
+        )
 
 
 def _counted_by(index_params: int, params: int) -> str:

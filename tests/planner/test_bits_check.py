@@ -139,3 +139,14 @@ def test_a_per_layer_list_the_reader_does_not_know_is_refused_in_one_line() -> N
     with pytest.raises(InvalidInput, match=r"num_key_value_heads: must be a whole number .*given \[2, 2, 1, 1\]") as e:
         repository_from_listing([{"path": "model.safetensors", "size": 10**6}], config)
     assert "\n" not in str(e.value)
+
+
+def test_gguf_files_the_config_count_belies_are_refused() -> None:
+    params, _ = params_and_bytes(moe_header())
+    q4 = int(params * 4.8 / 8)  # the whole mixture at Q4_K_M
+    with pytest.raises(InvalidInput, match=r"m-Q4_K_M.gguf holds .* bits a weight, past the 10.6 its quant Q4_K_M"):
+        repository_from_listing([{"path": "m-Q4_K_M.gguf", "size": q4}], moe_config())
+    # a dense model at its quant's bits stands
+    dense = {**moe_config(), "model_type": "llama", "expert_count_per_layer": None}
+    repo = repository_from_listing([{"path": "m-Q4_K_M.gguf", "size": 160_000}], dense)
+    assert 4 < repo.artifacts[0].bytes * 8 / repo.shape.params < 10.6
