@@ -616,6 +616,16 @@ ENTRIES: dict[str, Entry] = {
             + 3 * 1024 * 2048
         ),
     ),
+    "moonshotai--Kimi-Linear-48B-A3B-Instruct": Entry(
+        # Kimi Delta Attention on 20 of 27 layers (32 heads of 128: q, k, v, o, the f and g gates through
+        # 128, b, three short convolutions of 4), MLA on layers 4, 8, ..., 24 and 27 (no q latent, kv latent
+        # 512, rope 64); a dense layer, then 256 experts of 1024, a router and a shared expert; untied
+        "KimiLinearForCausalLM", kv=7 * (512 + 64) * 2,
+        params=163840 * 2304 * 2
+        + 7 * (2304 * 32 * 192 + 2304 * 576 + 512 * 32 * 256 + 32 * 128 * 2304)
+        + 20 * (4 * 2304 * 4096 + 2 * (2304 * 128 + 128 * 4096) + 2304 * 32 + 3 * 4096 * 4)
+        + 3 * 2304 * 9216 + 26 * (256 * 3 * 2304 * 1024 + 2304 * 256 + 3 * 2304 * 1024),
+    ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
         note="an adapter's files only: its base model is meta-llama--Llama-3.2-3B",
