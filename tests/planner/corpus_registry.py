@@ -626,6 +626,13 @@ ENTRIES: dict[str, Entry] = {
         + 20 * (4 * 2304 * 4096 + 2 * (2304 * 128 + 128 * 4096) + 2304 * 32 + 3 * 4096 * 4)
         + 3 * 2304 * 9216 + 26 * (256 * 3 * 2304 * 1024 + 2304 * 256 + 3 * 2304 * 1024),
     ),
+    "LiquidAI--LFM2-1.2B": Entry(
+        # attention on layers 2, 5, 8, 10, 12, 14 (32 heads of 64, 8 KV heads), short convolutions (in_proj to
+        # B, C, x; a depthwise conv of 3; out_proj) on the other 10; a gated MLP of 2/3 x 12288 = 8192; tied
+        "Lfm2ForCausalLM", kv=6 * 2 * 8 * 64 * 2,
+        params=65536 * 2048 + 6 * (2 * 2048 * 2048 + 2 * 2048 * 512)
+        + 10 * (2048 * 3 * 2048 + 2048 * 3 + 2048 * 2048) + 16 * 3 * 2048 * 8192,
+    ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
         note="an adapter's files only: its base model is meta-llama--Llama-3.2-3B",
