@@ -69,6 +69,11 @@ def sliding_flags(lang: LanguageConfig, layers: int) -> list[bool]:
     if isinstance(pattern, Sequence) and not isinstance(pattern, str) and len(pattern) == layers:
         flags = [kind == 1 for kind in pattern]
         return flags if any(flags) and not all(flags) else none
+    letters = cfg.get("sliding_window_pattern")
+    if isinstance(letters, str) and letters and set(letters) <= {"L", "G"}:
+        # EXAONE 4.0's "LLLG" (Exaone4Config): local (sliding) layers and a global one, repeated
+        flags = [letters[i % len(letters)] == "L" for i in range(layers)]
+        return flags if any(flags) and not all(flags) else none
     every = _int(cfg, "sliding_window_pattern")
     if lang.model_type == "gemma3n_text" or lang.model_type == "gemma3n":
         every = every or 5  # Gemma3nTextConfig: four sliding layers, then a full one

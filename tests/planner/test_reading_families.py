@@ -307,3 +307,18 @@ def test_kimi_linear_caches_its_mla_layers_and_keeps_delta_attention_state() -> 
         flat.kv_bytes_per_token,
         flat.state_bytes_per_sequence,
     )
+
+
+def test_exaone4_letters_say_which_layers_slide() -> None:
+    config = {
+        "model_type": "exaone4",
+        "num_hidden_layers": 8,
+        "hidden_size": 512,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "sliding_window": 4096,
+        "sliding_window_pattern": "LLLG",
+        "vocab_size": 1000,
+    }
+    per_layer = 4 * 128 * 2 * 2
+    assert shape_from_config(config).windows == ((4096, 6 * per_layer),)
