@@ -1,10 +1,6 @@
 """A ``config.json`` as transformers reads it: the defaults of its model type's config class for the fields
 a config leaves out, the names other architectures give the same fields, and the language model's part of
-a multimodal config.
-
-Each table entry names the transformers config class it comes from; the defaults are those of
-transformers v4.51-v4.57 (``src/transformers/models/<type>/configuration_<type>.py``), which agree on
-every field read here.
+a multimodal config. The defaults, a table per model type, are in ``planner.defaults``.
 """
 
 from __future__ import annotations
@@ -13,261 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-_LLAMA: dict[str, Any] = {
-    # LlamaConfig (configuration_llama.py)
-    "vocab_size": 32000,
-    "hidden_size": 4096,
-    "intermediate_size": 11008,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "max_position_embeddings": 2048,
-    "tie_word_embeddings": False,
-}
-_QWEN: dict[str, Any] = {
-    # Qwen2Config / Qwen3Config (configuration_qwen2.py, configuration_qwen3.py): sliding_window is set,
-    # but only used when use_sliding_window is true
-    "vocab_size": 151936,
-    "hidden_size": 4096,
-    "intermediate_size": 22016,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 32,
-    "max_position_embeddings": 32768,
-    "tie_word_embeddings": False,
-    "use_sliding_window": False,
-}
-
-MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "llama": _LLAMA,
-    "mistral": {
-        # MistralConfig (configuration_mistral.py)
-        **_LLAMA,
-        "intermediate_size": 14336,
-        "num_key_value_heads": 8,
-        "max_position_embeddings": 4096 * 32,
-        "sliding_window": 4096,
-    },
-    "mixtral": {
-        # MixtralConfig (configuration_mixtral.py)
-        **_LLAMA,
-        "intermediate_size": 14336,
-        "num_key_value_heads": 8,
-        "max_position_embeddings": 4096 * 32,
-        "num_local_experts": 8,
-    },
-    "qwen2": _QWEN,
-    "qwen3": {**_QWEN, "head_dim": 128},
-    "qwen2_moe": {
-        # Qwen2MoeConfig (configuration_qwen2_moe.py)
-        **_QWEN,
-        "hidden_size": 2048,
-        "intermediate_size": 5632,
-        "num_hidden_layers": 24,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 16,
-        "moe_intermediate_size": 1408,
-        "shared_expert_intermediate_size": 5632,
-        "num_experts": 60,
-        "decoder_sparse_step": 1,
-    },
-    "qwen3_moe": {
-        # Qwen3MoeConfig (configuration_qwen3_moe.py)
-        **_QWEN,
-        "hidden_size": 2048,
-        "intermediate_size": 6144,
-        "num_hidden_layers": 24,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 4,
-        "moe_intermediate_size": 768,
-        "num_experts": 128,
-        "decoder_sparse_step": 1,
-    },
-    "qwen2_vl_text": {
-        # Qwen2VLTextConfig (configuration_qwen2_vl.py); Qwen2_5_VLTextConfig has the same defaults
-        **_QWEN,
-        "vocab_size": 152064,
-        "hidden_size": 8192,
-        "intermediate_size": 29568,
-        "num_hidden_layers": 80,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-    },
-    "gemma": {
-        # GemmaConfig (configuration_gemma.py)
-        "vocab_size": 256000,
-        "hidden_size": 3072,
-        "intermediate_size": 24576,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 16,
-        "head_dim": 256,
-        "max_position_embeddings": 8192,
-        "tie_word_embeddings": True,
-    },
-    "gemma2": {
-        # Gemma2Config (configuration_gemma2.py): layer_types alternate sliding and full, sliding first
-        "vocab_size": 256000,
-        "hidden_size": 2304,
-        "intermediate_size": 9216,
-        "num_hidden_layers": 26,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
-        "max_position_embeddings": 8192,
-        "sliding_window": 4096,
-        "sliding_window_pattern": 2,
-        "tie_word_embeddings": True,
-    },
-    "gemma3_text": {
-        # Gemma3TextConfig (configuration_gemma3.py): every sixth layer full, the rest sliding
-        "vocab_size": 262208,
-        "hidden_size": 2304,
-        "intermediate_size": 9216,
-        "num_hidden_layers": 26,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
-        "max_position_embeddings": 131072,
-        "sliding_window": 4096,
-        "sliding_window_pattern": 6,
-        "tie_word_embeddings": True,
-    },
-    "mllama_text_model": {
-        # MllamaTextConfig (configuration_mllama.py): cross_attention_layers [3, 8, ..., 38] of the 40
-        **_LLAMA,
-        "vocab_size": 128256,
-        "intermediate_size": 14336,
-        "num_hidden_layers": 40,
-        "num_key_value_heads": 8,
-        "max_position_embeddings": 131072,
-    },
-    "phi3": {
-        # Phi3Config (configuration_phi3.py)
-        **_LLAMA,
-        "vocab_size": 32064,
-        "hidden_size": 3072,
-        "intermediate_size": 8192,
-        "max_position_embeddings": 4096,
-    },
-    "deepseek_v3": {
-        # DeepseekV3Config (configuration_deepseek_v3.py)
-        "vocab_size": 129280,
-        "hidden_size": 7168,
-        "intermediate_size": 18432,
-        "moe_intermediate_size": 2048,
-        "num_hidden_layers": 61,
-        "num_attention_heads": 128,
-        "num_key_value_heads": 128,
-        "n_shared_experts": 1,
-        "n_routed_experts": 256,
-        "kv_lora_rank": 512,
-        "q_lora_rank": 1536,
-        "qk_rope_head_dim": 64,
-        "qk_nope_head_dim": 128,
-        "v_head_dim": 128,
-        "first_k_dense_replace": 3,
-        "max_position_embeddings": 4096,
-        "tie_word_embeddings": False,
-    },
-    "falcon": {
-        # FalconConfig (configuration_falcon.py): falcon-7b's shape, multi-query unless
-        # new_decoder_architecture
-        "vocab_size": 65024,
-        "hidden_size": 4544,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 71,
-        "new_decoder_architecture": False,
-        "multi_query": True,
-        "max_position_embeddings": 2048,
-        "tie_word_embeddings": True,
-    },
-    "gpt2": {
-        # GPT2Config (configuration_gpt2.py)
-        "vocab_size": 50257,
-        "max_position_embeddings": 1024,
-        "hidden_size": 768,
-        "num_hidden_layers": 12,
-        "num_attention_heads": 12,
-        "tie_word_embeddings": True,
-    },
-    "gptj": {
-        # GPTJConfig (configuration_gptj.py)
-        "vocab_size": 50400,
-        "max_position_embeddings": 2048,
-        "hidden_size": 4096,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "tie_word_embeddings": False,
-    },
-    "gpt_neox": {
-        # GPTNeoXConfig (configuration_gpt_neox.py)
-        "vocab_size": 50432,
-        "hidden_size": 6144,
-        "num_hidden_layers": 44,
-        "num_attention_heads": 64,
-        "intermediate_size": 24576,
-        "max_position_embeddings": 2048,
-        "tie_word_embeddings": False,
-    },
-    "chatglm": {
-        # ChatGLMConfig (THUDM's configuration_chatglm.py, shipped with chatglm3-6b and glm-4-9b)
-        "num_hidden_layers": 28,
-        "vocab_size": 65024,
-        "hidden_size": 4096,
-        "intermediate_size": 13696,
-        "head_dim": 128,
-        "num_attention_heads": 32,
-        "max_position_embeddings": 2048,
-        "multi_query_attention": False,
-        "multi_query_group_num": 1,
-        "tie_word_embeddings": False,
-    },
-    "cohere": {
-        # CohereConfig (configuration_cohere.py)
-        "vocab_size": 256000,
-        "hidden_size": 8192,
-        "intermediate_size": 22528,
-        "num_hidden_layers": 40,
-        "num_attention_heads": 64,
-        "max_position_embeddings": 8192,
-        "tie_word_embeddings": True,
-    },
-    "internlm2": {
-        # InternLM2Config (internlm's configuration_internlm2.py)
-        **_LLAMA,
-        "vocab_size": 103168,
-    },
-    "gpt_oss": {
-        # GptOssConfig (configuration_gpt_oss.py): layer_types alternate sliding and full
-        "vocab_size": 201088,
-        "hidden_size": 2880,
-        "intermediate_size": 2880,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "head_dim": 64,
-        "num_local_experts": 128,
-        "sliding_window": 128,
-        "sliding_window_pattern": 2,
-        "max_position_embeddings": 131072,
-        "tie_word_embeddings": False,
-    },
-    # the output head tied to the embeddings unless the config says otherwise: GPTBigCodeConfig and
-    # Starcoder2Config pass PretrainedConfig's tie_word_embeddings=True through, MiniCPM3Config sets it
-    # True (configuration_minicpm3.py); GPTBigCodeForCausalLM, Starcoder2ForCausalLM and
-    # MiniCPM3ForCausalLM then share the embedding matrix with lm_head (_tied_weights_keys)
-    "gpt_bigcode": {"tie_word_embeddings": True},
-    "starcoder2": {"tie_word_embeddings": True},
-    "minicpm3": {"tie_word_embeddings": True},
-}
-"""What each config class gives a field the config leaves out."""
-
-MODEL_DEFAULTS["qwen2_5_vl_text"] = MODEL_DEFAULTS["qwen2_vl_text"]
-MODEL_DEFAULTS["gemma3"] = MODEL_DEFAULTS["gemma3_text"]
-MODEL_DEFAULTS["cohere2"] = MODEL_DEFAULTS["cohere"]
-MODEL_DEFAULTS["mistral3"] = MODEL_DEFAULTS["mistral"]
-for _falcon in ("RefinedWeb", "RefinedWebModel"):  # Falcon's model types before transformers took it in
-    MODEL_DEFAULTS[_falcon] = MODEL_DEFAULTS["falcon"]
+from planner.defaults import MODEL_DEFAULTS as MODEL_DEFAULTS  # the table, kept here for its readers
 
 TEXT_MODEL_TYPE: dict[str, str] = {
     # the text_config's type when it names none: LlavaConfig and LlavaNextConfig make it "llama";
@@ -279,6 +21,8 @@ TEXT_MODEL_TYPE: dict[str, str] = {
     "qwen2_vl": "qwen2_vl_text",
     "qwen2_5_vl": "qwen2_5_vl_text",
     "mistral3": "mistral",
+    "gemma3n": "gemma3n_text",
+    "gemma4": "gemma4_text",
 }
 """A multimodal config's language model type, when its ``text_config`` names none."""
 
@@ -295,7 +39,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "num_attention_heads": ("n_head", "n_heads"),
     "hidden_size": ("n_embd", "n_embed", "d_model"),
     "num_key_value_heads": ("n_head_kv", "num_kv_heads"),
-    "intermediate_size": ("ffn_hidden_size", "n_inner"),
+    "intermediate_size": ("ffn_hidden_size", "n_inner", "block_ff_dim"),
+    "tie_word_embeddings": ("tie_embedding",),  # LFM2's name for it (Lfm2Config)
     "head_dim": ("kv_channels", "attention_head_dim"),
     "vocab_size": ("padded_vocab_size",),
 }

@@ -26,7 +26,11 @@ MAX_STRING = 1 << 24
 """Bounds past any real header (a 128k-token vocabulary is one array of 128k strings)."""
 
 KEPT_ARRAY = 64
-"""Arrays longer than this (vocabularies, merges) are skipped, keeping only their length."""
+"""Arrays of strings longer than this (vocabularies, merges) are skipped, keeping only their length."""
+
+KEPT_NUMBERS = 4096
+"""Arrays of numbers up to this long are kept: per-layer values (``head_count_kv``,
+``sliding_window_pattern``) a layer each, past any model's layer count."""
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
@@ -73,7 +77,7 @@ class _Reader:
             n = self.count(MAX_ARRAY, "array elements")
             if inner == _ARRAY:
                 raise InvalidInput(self.source, "(header)", "holds an array of arrays")
-            if n > KEPT_ARRAY:
+            if n > (KEPT_ARRAY if inner == _STRING else KEPT_NUMBERS):
                 self.skip(inner, n)
                 return n
             return [self.value(inner) for _ in range(n)]
@@ -141,18 +145,30 @@ def shape_from_gguf(header: GgufHeader, source: str) -> Shape:
 
     layers = whole("block_count")
     heads = whole("attention.head_count")
-    kv_heads = whole("attention.head_count_kv", heads)
+    per_layer_heads = _per_layer(meta.get(f"{arch}.attention.head_count_kv"), layers)
+    kv_heads = min(h for h in per_layer_heads if h) if per_layer_heads else whole("attention.head_count_kv", heads)
+    heads_of = per_layer_heads or [kv_heads] * layers
     if meta.get(f"{arch}.attention.kv_lora_rank") is not None:
-        per_layer = whole("attention.kv_lora_rank") + whole("rope.dimension_count")
+        values = [whole("attention.kv_lora_rank") + whole("rope.dimension_count")] * layers
     else:
         head_dim = whole("embedding_length") // heads
         key = whole("attention.key_length", head_dim)
         value = whole("attention.value_length", key)
-        per_layer = kv_heads * (key + value)
+        values = [h * (key + value) for h in heads_of]
+    # llama.cpp's n_layer_kv_from_start: the last shared_kv_layers read an earlier layer's cache (Gemma 3n)
+    shared = meta.get(f"{arch}.attention.shared_kv_layers")
+    own = (
+        layers - shared if isinstance(shared, int) and not isinstance(shared, bool) and 0 < shared < layers else layers
+    )
+    sliding = _sliding(meta, arch, layers)
+    kv = sum(values[:own]) * KV_BYTES_PER_ELEMENT
+    slid = sum(v for i, v in enumerate(values[:own]) if sliding[i]) * KV_BYTES_PER_ELEMENT
+    window = meta.get(f"{arch}.attention.sliding_window")
     context = meta.get(f"{arch}.context_length")
     max_context = context if isinstance(context, int) and not isinstance(context, bool) and context > 0 else 0
     return Shape(
-        kv_bytes_per_token=layers * per_layer * KV_BYTES_PER_ELEMENT,
+        kv_bytes_per_token=kv,
+        windows=((int(window), slid),) if slid and isinstance(window, int) else (),
         kv_heads=kv_heads,
         params=header.params,
         max_context=max_context,
@@ -161,6 +177,46 @@ def shape_from_gguf(header: GgufHeader, source: str) -> Shape:
         vocab=_count(meta.get(f"{arch}.vocab_size", meta.get("tokenizer.ggml.tokens"))),
         experts=_count(meta.get(f"{arch}.expert_count")),
     )
+
+
+SWA_PERIOD: dict[str, int] = {
+    # llama.cpp's load_hparams: hparams.set_swa_pattern(n) for these architectures (src/llama-model.cpp),
+    # where the GGUF gives no attention.sliding_window_pattern of its own
+    "gemma2": 2,
+    "gemma3": 6,
+    "gemma3n": 5,
+    "cohere2": 4,
+    "gpt-oss": 2,
+    "exaone4": 4,
+}
+"""Every n-th layer full, the others sliding, by architecture."""
+
+
+def _sliding(meta: Mapping[str, Any], arch: str, layers: int) -> list[bool]:
+    """Which layers llama.cpp's SWA cache keeps for ``attention.sliding_window`` tokens only:
+    ``attention.sliding_window_pattern`` a layer each (true: sliding), or its period, or the architecture's
+    (``SWA_PERIOD``); ``set_swa_pattern(n)`` makes layer ``il`` sliding where ``il % n < n - 1``. None
+    without a window, or where every layer would slide (cached whole, as ``planner.caches`` counts it)."""
+    none = [False] * layers
+    window = meta.get(f"{arch}.attention.sliding_window")
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        return none
+    pattern = meta.get(f"{arch}.attention.sliding_window_pattern", SWA_PERIOD.get(arch))
+    if isinstance(pattern, list) and len(pattern) == layers:
+        flags = [bool(p) for p in pattern]
+    elif isinstance(pattern, int) and not isinstance(pattern, bool) and pattern >= 2:
+        flags = [i % pattern < pattern - 1 for i in range(layers)]
+    else:
+        return none
+    return flags if any(flags) and not all(flags) else none
+
+
+def _per_layer(value: Any, layers: int) -> list[int]:
+    """A per-layer array of counts (``head_count_kv`` a layer each, as llama.cpp's ``get_key_or_arr``
+    reads it); empty where the value is one count."""
+    if isinstance(value, list) and len(value) == layers and all(isinstance(v, int) and v >= 0 for v in value):
+        return [int(v) for v in value]
+    return []
 
 
 def _count(value: Any) -> int:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from planner.configs import LanguageConfig
 from planner.errors import InvalidInput
 
-Mixer = Literal["attention", "mamba", "mamba2", "gated_deltanet", "linear", "none"]
+Mixer = Literal["attention", "mamba", "mamba2", "gated_deltanet", "kda", "short_conv", "linear", "none"]
 Mlp = Literal["dense", "moe", "linear", "none"]
 
 
@@ -31,6 +31,9 @@ class Layer:
     """This layer's KV heads where they differ by layer (DeciLM's ``block_configs``); 0 is the model's."""
     intermediate: int = 0
     """This layer's dense MLP width where it differs by layer; 0 is the model's."""
+    beside: Mixer = "none"
+    """A second mixer run side by side with ``mixer`` on the same input (Falcon-H1's Mamba-2 beside its
+    attention)."""
 
 
 PATTERN_KEYS = (
@@ -84,6 +87,7 @@ HYBRID_TYPES: dict[str, str] = {
 
 READ_TYPES = frozenset(
     {"nemotron_h", "nemotron-nas", "deci", "jamba", "granitemoehybrid", "bamba", *GATED_DELTANET_TYPES}
+    | {"falcon_h1", "lfm2", "kimi_linear"}
 )
 """The hybrid and per-layer model types whose layers this module reads."""
 
@@ -126,6 +130,20 @@ def layer_plan(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
         return _bamba(lang, layers)
     if "hybrid_layer_pattern" in cfg:
         return _hybrid_layer_pattern(lang, layers)
+    if model_type == "falcon_h1":
+        # FalconH1ParallelHybrid (vLLM's falcon_h1.py): attention and a Mamba-2 mixer on every layer, side
+        # by side, then the MLP
+        return tuple(Layer("attention", "dense", beside="mamba2") for _ in range(layers))
+    if model_type == "kimi_linear" or isinstance(cfg.get("linear_attn_config"), Mapping):
+        return _kimi_linear(lang, layers)
+    idxs = cfg.get("full_attn_idxs")
+    if model_type == "lfm2" and cfg.get("layer_types") is None and isinstance(idxs, Sequence):
+        # Lfm2Config: layer_types from full_attn_idxs where a config gives only those
+        if not all(type(i) is int and 0 <= i < layers for i in idxs):
+            raise _refuse(lang, "full_attn_idxs", f"must list layers from 0 to {layers - 1}")
+        return tuple(Layer("attention" if i in idxs else "short_conv", "dense") for i in range(layers))
+    if model_type == "lfm2":
+        cfg = {k: v for k, v in cfg.items() if k != "full_attn_idxs"}  # layer_types say the same
     kinds = cfg.get("attn_type_list")
     if isinstance(kinds, list) and len(kinds) == layers and all(type(k) is int and k == 1 for k in kinds):
         # MiniMax's 1 is softmax attention (0 its lightning attention): MiniMax-M2 has it on every layer
@@ -134,7 +152,29 @@ def layer_plan(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
         if cfg.get(key) is not None:
             raise _refuse(lang, key, "a layer pattern the planner does not read")
     mixers = _mixers(lang, layers)
-    return tuple(Layer(mixer, _mlp(cfg, i)) for i, mixer in enumerate(mixers))
+    widths = mlp_widths(lang, layers)
+    return tuple(Layer(mixer, _mlp(cfg, i), intermediate=widths[i]) for i, mixer in enumerate(mixers))
+
+
+def mlp_widths(lang: LanguageConfig, layers: int) -> list[int]:
+    """Each layer's dense MLP width where the config sets it by layer, else 0 (the model's): an
+    ``intermediate_size`` listed a layer each (Gemma 3n's MatFormer widths, Gemma3nTextConfig), refused
+    unless it lists one whole number for each layer; and Gemma 4's ``use_double_wide_mlp``, twice the width
+    on the layers that share their KV cache (``num_kv_shared_layers``)."""
+    cfg = lang.fields
+    listed = cfg.get("intermediate_size")
+    widths = [0] * layers
+    if isinstance(listed, Sequence) and not isinstance(listed, str):
+        if len(listed) != layers or not all(type(w) is int and w > 0 for w in listed):
+            raise _refuse(
+                lang, "intermediate_size", f"a list must give one whole width for each of the {layers} layers"
+            )
+        widths = list(listed)
+    shared = _int(cfg, "num_kv_shared_layers")
+    if cfg.get("use_double_wide_mlp") is True and 0 < shared < layers:
+        base = _int(cfg, "intermediate_size")
+        widths = [(w or base) * 2 if i >= layers - shared else w for i, w in enumerate(widths)]
+    return widths
 
 
 def _mixers(lang: LanguageConfig, layers: int) -> list[Mixer]:
@@ -162,6 +202,8 @@ def _mixers(lang: LanguageConfig, layers: int) -> list[Mixer]:
                 out.append("gated_deltanet")
             elif kind == "mamba" and granite:
                 out.append("mamba2")
+            elif kind == "conv" and lang.model_type == "lfm2":
+                out.append("short_conv")  # Lfm2ShortConvDecoderLayer (vLLM's lfm2.py)
             else:
                 raise _refuse(lang, "layer_types", f"a layer kind the planner does not read ({kind!r})")
         return out
@@ -176,14 +218,24 @@ def _mixers(lang: LanguageConfig, layers: int) -> list[Mixer]:
     return ["attention"] * layers
 
 
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+"""Where configs count a layer's routed experts: Mixtral and gpt-oss, Qwen-MoE, DeepSeek, ERNIE 4.5."""
+
+
 def _mlp(cfg: Mapping[str, Any], i: int) -> Mlp:
     """Whether layer ``i`` of a mixture-of-experts model holds experts: DeepSeek's first
     ``first_k_dense_replace`` are dense, then every ``moe_layer_freq``-th (DeepseekV2DecoderLayer); Qwen-MoE's
     ``mlp_only_layers`` and those off its ``decoder_sparse_step`` are dense (Qwen2MoeDecoderLayer); Llama 4
     has experts on every ``interleave_moe_layer_step``-th (vLLM's Llama4DecoderLayer: ``(i + 1) % step ==
-    0``)."""
-    if not any(_int(cfg, name) for name in ("num_local_experts", "num_experts", "n_routed_experts")):
+    0``); ERNIE 4.5 on the layers from ``moe_layer_start_index`` to ``moe_layer_end_index`` where ``(i + 1)
+    % moe_layer_interval == 0`` (vLLM's Ernie4_5_MoeDecoderLayer)."""
+    if not any(_int(cfg, name) for name in EXPERT_KEYS):
         return "dense"
+    if _int(cfg, "moe_num_experts"):
+        start = cfg.get("moe_layer_start_index", 0)
+        end = cfg.get("moe_layer_end_index", i)
+        inside = isinstance(start, int) and isinstance(end, int) and start <= i <= end
+        return "moe" if inside and (i + 1) % _int(cfg, "moe_layer_interval", 1) == 0 else "dense"
     freq = cfg.get("moe_layer_freq")
     if isinstance(freq, Sequence) and not isinstance(freq, str):
         # MiMo-V2-Flash lists it a layer each: experts where it is 1 (vLLM's mimo_v2_flash.py)
@@ -318,6 +370,20 @@ def _jamba(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
         )
         for i in range(layers)
     )
+
+
+def _kimi_linear(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:
+    """Kimi Linear (KimiLinearConfig, vLLM's kimi_linear.py): ``linear_attn_config.kda_layers`` lists the
+    Kimi Delta Attention layers counting from 1 (``is_kda_layer``: ``layer_idx + 1 in kda_layers``), the
+    others MLA; experts as DeepSeek places them (``first_k_dense_replace``, ``moe_layer_freq``)."""
+    cfg = lang.fields
+    linear = cfg.get("linear_attn_config")
+    listed = linear.get("kda_layers") if isinstance(linear, Mapping) else None
+    if not isinstance(listed, Sequence) or isinstance(listed, str):
+        raise _refuse(lang, "linear_attn_config.kda_layers", "missing: it says which layers are linear attention")
+    if not all(type(i) is int and 1 <= i <= layers for i in listed):
+        raise _refuse(lang, "linear_attn_config.kda_layers", f"must list layers from 1 to {layers}")
+    return tuple(Layer("kda" if i + 1 in listed else "attention", _mlp(cfg, i)) for i in range(layers))
 
 
 def _bamba(lang: LanguageConfig, layers: int) -> tuple[Layer, ...]:

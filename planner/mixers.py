@@ -30,7 +30,8 @@ def _mamba2(cfg: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
     ``mamba_n_groups`` (1), ``mamba_d_conv`` (4). The inner width is heads x head width."""
     if "mamba_n_heads" in cfg or "mamba_d_state" in cfg:
         heads = _int(cfg, "mamba_n_heads", 128)
-        inner = _int(cfg, "mamba_expand", 2) * _int(cfg, "hidden_size")
+        # Falcon-H1's mamba_d_ssm where it gives one (FalconH1Config; vLLM's falcon_h1.py: d_ssm)
+        inner = _int(cfg, "mamba_d_ssm") or _int(cfg, "mamba_expand", 2) * _int(cfg, "hidden_size")
         return (
             heads,
             _int(cfg, "mamba_d_head", inner // heads),
@@ -57,6 +58,24 @@ def _deltanet(cfg: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
         _int(cfg, "linear_value_head_dim", 128),
         _int(cfg, "linear_conv_kernel_dim", 4),
     )
+
+
+def _kda(cfg: Mapping[str, Any]) -> tuple[int, int, int]:
+    """Kimi Delta Attention's heads, head width and short-convolution width (``linear_attn_config``'s
+    ``num_heads``, ``head_dim``, ``short_conv_kernel_size``; else the attention heads, 128 and 4)."""
+    linear = cfg.get("linear_attn_config")
+    linear = linear if isinstance(linear, Mapping) else {}
+    return (
+        _int(linear, "num_heads", _int(cfg, "num_attention_heads")),
+        _int(linear, "head_dim", 128),
+        _int(linear, "short_conv_kernel_size", 4),
+    )
+
+
+def _short_conv(cfg: Mapping[str, Any]) -> tuple[int, int]:
+    """LFM2's short convolution: its width (``conv_dim``, else the hidden size) and length
+    (``conv_L_cache``, Lfm2Config default 3)."""
+    return _int(cfg, "conv_dim", _int(cfg, "hidden_size")), _int(cfg, "conv_L_cache", 3)
 
 
 def _mamba1(cfg: Mapping[str, Any], hidden: int) -> tuple[int, int, int, int]:
@@ -104,6 +123,26 @@ def mixer_params(cfg: Mapping[str, Any], layer: Layer, hidden: int) -> int:
         key, value = k_heads * k_dim, v_heads * v_dim
         conv_dim = 2 * key + value
         return hidden * (2 * key + 2 * value + 2 * v_heads) + conv_dim * conv + 2 * v_heads + v_dim + value * hidden
+    if layer.mixer == "kda":
+        # KimiDeltaAttention (vLLM's layers/kda.py): q, k, v and o projections of heads x head width; the
+        # decay gate through f_a/f_b and the output gate through g_a/g_b (low rank of a head's width); b_proj
+        # a value per head; a short convolution over each of q, k and v; A_log per head, dt_bias per value;
+        # the output norm of a head's width
+        heads, dim, conv = _kda(cfg)
+        inner = heads * dim
+        return (
+            4 * hidden * inner
+            + 2 * (hidden * dim + dim * inner)
+            + hidden * heads
+            + 3 * inner * conv
+            + heads
+            + inner
+            + dim
+        )
+    if layer.mixer == "short_conv":
+        # ShortConv (vLLM's layers/mamba/short_conv.py): in_proj to B, C and x, a depthwise conv, out_proj
+        width, length = _short_conv(cfg)
+        return hidden * 3 * width + width * length + width * hidden
     if layer.mixer == "linear":
         return hidden * hidden
     return 0
@@ -121,15 +160,30 @@ def state_bytes_per_sequence(lang: LanguageConfig, plan: tuple[Layer, ...]) -> i
     ssm_dtype = cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype")
     ssm_bytes = STATE_DTYPE_BYTES.get(ssm_dtype, 2) if isinstance(ssm_dtype, str) else 2
     total = 0
-    for layer in plan:
-        if layer.mixer == "mamba":
-            inner, state, conv, _ = _mamba1(cfg, _int(cfg, "hidden_size"))
-            total += (conv - 1) * inner * 2 + inner * state * ssm_bytes
-        elif layer.mixer == "mamba2":
-            heads, head_dim, state, groups, conv = _mamba2(cfg)
-            inner = heads * head_dim
-            total += (conv - 1) * (inner + 2 * groups * state) * 2 + heads * head_dim * state * ssm_bytes
-        elif layer.mixer == "gated_deltanet":
-            k_heads, k_dim, v_heads, v_dim, conv = _deltanet(cfg)
-            total += (conv - 1) * (2 * k_heads * k_dim + v_heads * v_dim) * 2 + v_heads * k_dim * v_dim * ssm_bytes
+    for part in plan:
+        layers = (part, Layer(part.beside)) if part.beside != "none" else (part,)
+        total += sum(_state(cfg, layer, ssm_bytes) for layer in layers)
     return total
+
+
+def _state(cfg: Mapping[str, Any], layer: Layer, ssm_bytes: int) -> int:
+    """One layer's state per sequence (``state_bytes_per_sequence``); Kimi Delta Attention's recurrent
+    state in float32 (vLLM's ``kda_state_dtype``), its three convolution states in the model's 16 bits;
+    LFM2's short convolution ``(conv_L_cache - 1) x conv_dim`` (``short_conv_state_shape``)."""
+    if layer.mixer == "mamba":
+        inner, state, conv, _ = _mamba1(cfg, _int(cfg, "hidden_size"))
+        return (conv - 1) * inner * 2 + inner * state * ssm_bytes
+    if layer.mixer == "mamba2":
+        heads, head_dim, state, groups, conv = _mamba2(cfg)
+        inner = heads * head_dim
+        return (conv - 1) * (inner + 2 * groups * state) * 2 + heads * head_dim * state * ssm_bytes
+    if layer.mixer == "gated_deltanet":
+        k_heads, k_dim, v_heads, v_dim, conv = _deltanet(cfg)
+        return (conv - 1) * (2 * k_heads * k_dim + v_heads * v_dim) * 2 + v_heads * k_dim * v_dim * ssm_bytes
+    if layer.mixer == "kda":
+        heads, dim, conv = _kda(cfg)
+        return 3 * (conv - 1) * heads * dim * 2 + heads * dim * dim * 4
+    if layer.mixer == "short_conv":
+        width, length = _short_conv(cfg)
+        return (length - 1) * width * 2
+    return 0

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from planner.caches import full_flags
 from planner.configs import LanguageConfig
-from planner.layers import Layer, layer_plan
+from planner.layers import EXPERT_KEYS, Layer, layer_plan
 from planner.mixers import mixer_params
 
 UNGATED_MLP = frozenset(
@@ -57,12 +58,28 @@ def mlp_width(lang: LanguageConfig) -> int:
     hidden = _int(cfg, "hidden_size")
     if not hidden:
         return 0
-    width = _int(cfg, "intermediate_size_mlp") or _int(cfg, "intermediate_size", 4 * hidden)
+    listed = cfg.get("intermediate_size")
+    if isinstance(listed, list) and listed and all(type(w) is int and w > 0 for w in listed):
+        listed = max(listed)  # Gemma 3n's widths a layer each: the widest bounds a split
+    width = _int(cfg, "intermediate_size_mlp") or _int({"intermediate_size": listed}, "intermediate_size", 4 * hidden)
     if lang.model_type in HALVED_MLP:
         width //= 2
+    if lang.model_type == "lfm2" and cfg.get("block_auto_adjust_ff_dim"):
+        width = lfm2_width(cfg, width)
     if lang.model_type == "granitemoehybrid":  # its dense MLP is the shared one every layer has
         width = _int(cfg, "shared_intermediate_size", width)
     return width
+
+
+def lfm2_width(cfg: Mapping[str, Any], width: int) -> int:
+    """LFM2's MLP width where ``block_auto_adjust_ff_dim`` is set (Lfm2MLP, vLLM's lfm2.py): two thirds of
+    the configured width, times ``block_ffn_dim_multiplier``, rounded up to ``block_multiple_of``."""
+    width = int(2 * width / 3)
+    multiplier = cfg.get("block_ffn_dim_multiplier")
+    if isinstance(multiplier, int | float) and not isinstance(multiplier, bool) and 0 < multiplier < 1 << 10:
+        width = int(multiplier * width)
+    multiple = _int(cfg, "block_multiple_of", 256)
+    return multiple * -(-width // multiple)
 
 
 def params_from_config(lang: LanguageConfig, kv_heads: int, plan: tuple[Layer, ...] = ()) -> int:
@@ -79,14 +96,21 @@ def params_from_config(lang: LanguageConfig, kv_heads: int, plan: tuple[Layer, .
     mats = 2 if lang.model_type in UNGATED_MLP else 3
     dense_inter = mlp_width(lang)
     moe = _moe(lang, hidden, mats) if any(layer.mlp == "moe" for layer in plan) else 0
-    total = embed + (2 * len(plan) + 1) * hidden + _vision(lang.top, hidden)
-    for layer in plan:
-        if layer.mixer == "attention":
+    total = embed + (2 * len(plan) + 1) * hidden + _vision(lang.top, hidden) + _per_layer_inputs(cfg, hidden, len(plan))
+    full = full_flags(lang, len(plan))
+    global_heads, global_dim = _int(cfg, "num_global_key_value_heads"), _int(cfg, "global_head_dim")
+    for i, layer in enumerate(plan):
+        if layer.mixer == "attention" and full[i] and (global_heads or global_dim):
+            # Gemma 4's full layers: their own KV heads and head width (planner.caches)
+            total += _attention(cfg, hidden, heads, global_heads or kv_heads, global_dim or head_dim)
+        elif layer.mixer == "attention":
             total += _attention(cfg, hidden, heads, layer.kv_heads or kv_heads, head_dim)
             if cfg.get("attn_output_gate", lang.model_type == "qwen3_next"):
                 total += hidden * heads * head_dim  # Qwen3-Next's gated attention: q_proj doubled for the gate
         else:
             total += mixer_params(cfg, layer, hidden)
+        if layer.beside != "none":
+            total += mixer_params(cfg, Layer(layer.beside), hidden)
         if layer.mlp == "dense":
             total += mats * hidden * (layer.intermediate or dense_inter)
         elif layer.mlp == "moe":
@@ -96,13 +120,31 @@ def params_from_config(lang: LanguageConfig, kv_heads: int, plan: tuple[Layer, .
     return total
 
 
+def _per_layer_inputs(cfg: Mapping[str, Any], hidden: int, layers: int) -> int:
+    """Gemma 3n's parts beside its layers (Gemma3nTextModel, vLLM's gemma3n.py): per-layer embeddings
+    (``embed_tokens_per_layer``, ``vocab_size_per_layer_input`` x layers x ``hidden_size_per_layer_input``)
+    and their projection from the hidden state, each layer's gate into and projection out of them; each
+    layer's LAuReL block (two matrices through ``laurel_rank``) and AltUp router; the AltUp projections
+    in and out (``altup_num_inputs - 1`` each way). 0 for a model without them."""
+    per_layer = _int(cfg, "hidden_size_per_layer_input")
+    total = 0
+    if per_layer:
+        vocab = _int(cfg, "vocab_size_per_layer_input") or _int(cfg, "vocab_size")
+        total += vocab * layers * per_layer + hidden * layers * per_layer + layers * 2 * hidden * per_layer
+    total += layers * 2 * hidden * _int(cfg, "laurel_rank")
+    streams = _int(cfg, "altup_num_inputs")
+    if streams > 1:
+        total += 2 * (streams - 1) * hidden * hidden + layers * (hidden * streams + streams**3 + streams**2)
+    return total
+
+
 def _moe(lang: LanguageConfig, hidden: int, mats: int) -> int:
     """One mixture-of-experts layer: the routed experts, the router and the shared experts (Qwen-MoE's
     ``shared_expert_intermediate_size`` and its gate; DeepSeek's ``n_shared_experts`` of the experts'
     width, Nemotron-H's of ``moe_shared_expert_intermediate_size``; Llama 4's one of
     ``intermediate_size``; Granite 4.0-H's shared MLP of ``shared_intermediate_size``)."""
     cfg = lang.fields
-    experts = _int(cfg, "num_local_experts") or _int(cfg, "num_experts") or _int(cfg, "n_routed_experts")
+    experts = next((n for n in (_int(cfg, name) for name in EXPERT_KEYS) if n), 0)
     moe_inter = _int(cfg, "moe_intermediate_size") or _int(cfg, "intermediate_size", 4 * hidden)
     latent = _int(cfg, "moe_latent_size")
     # Nemotron 3's latent experts work in moe_latent_size, projected from and back to the hidden width
@@ -115,11 +157,16 @@ def _moe(lang: LanguageConfig, hidden: int, mats: int) -> int:
     if lang.model_type == "granitemoehybrid":  # GraniteMoeHybridMLP beside the experts, on every layer
         moe += 3 * hidden * _int(cfg, "shared_intermediate_size")
     shared_width = _int(cfg, "moe_shared_expert_intermediate_size", moe_inter)
-    return moe + _int(cfg, "n_shared_experts") * mats * hidden * shared_width
+    # ERNIE 4.5's moe_num_shared_experts, of the experts' width (Ernie4_5_MoeMoE, vLLM's ernie45_moe.py)
+    # and Kimi Linear's num_shared_experts (KimiMoE, vLLM's kimi_linear.py)
+    shared_count = _int(cfg, "n_shared_experts") or _int(cfg, "moe_num_shared_experts")
+    if lang.model_type == "kimi_linear":
+        shared_count = shared_count or _int(cfg, "num_shared_experts")
+    return moe + shared_count * mats * hidden * shared_width
 
 
 def _attention(cfg: Mapping[str, Any], hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
-    kv_lora = _int(cfg, "kv_lora_rank")
+    kv_lora = _int(cfg, "kv_lora_rank") if cfg.get("use_mla") is not False else 0
     if kv_lora:  # MLA: DeepseekV3Attention's q_a/q_b (or q), kv_a, kv_b and o projections
         rope, nope = _int(cfg, "qk_rope_head_dim"), _int(cfg, "qk_nope_head_dim")
         v_dim = _int(cfg, "v_head_dim", nope)
@@ -128,7 +175,7 @@ def _attention(cfg: Mapping[str, Any], hidden: int, heads: int, kv_heads: int, h
         return q + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
     # values of their own width where the config says (MiMo-V2-Flash: v_proj and o_proj of v_head_dim,
     # MiMoV2FlashAttention)
-    v_dim = _int(cfg, "v_head_dim", head_dim)
+    v_dim = _int(cfg, "v_head_dim", head_dim)  # 0 or null: no width of its own
     return hidden * heads * (head_dim + v_dim) + hidden * kv_heads * (head_dim + v_dim)
 
 

@@ -24,7 +24,7 @@ from planner.pool import invalid_from
 from planner.quant import quant_of
 from planner.quantconfig import config_dtype, is_quantised, original_quant
 from planner.shape import MAX_CONFIG_DIMENSION, shape_from_config
-from planner.weighing import dtype_bytes, params_from_index, shape_of
+from planner.weighing import check_gguf_bits, dtype_bytes, params_from_index, shape_of
 from planner.weights import MAX_HEADER_BYTES, WeightsReading, read_weights
 
 __all__ = [
@@ -264,6 +264,7 @@ def repository_from_listing(
     if weights is None and headers is not None and isinstance(config, Mapping):
         weights = read_weights(headers, quant=original_quant(config, hf_quant), source=f"{source} headers")
     shape, notes = shape_of(config, index, hf_quant, _original_bytes(artifacts), weights, config_source)
+    check_gguf_bits(artifacts, shape, config_source)
     return Repository(_as_loaded(artifacts, config, hf_quant, shape.params, weights), shape, notes)
 
 

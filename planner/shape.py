@@ -3,13 +3,14 @@ sliding-window layers."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
+from planner.caches import PATTERN_TYPES, cached_layers, window
 from planner.configs import LanguageConfig, language_config
 from planner.constants import INDEXER_QUANT_BLOCK, INDEXER_SCALE_BYTES, KV_BYTES_PER_ELEMENT
 from planner.errors import InvalidInput
-from planner.layers import layer_plan
+from planner.layers import EXPERT_KEYS, layer_plan
 from planner.mixers import state_bytes_per_sequence
 from planner.model import Shape
 from planner.params import mlp_width, params_from_config, vision_hidden, vision_params
@@ -24,12 +25,8 @@ ROPE_UNSCALED = ("su", "longrope", "llama3")
 """Rope types whose ``max_position_embeddings`` already is the extended length, so vLLM does not multiply
 it (``_get_and_verify_max_len``, vllm/config/model.py, v0.10)."""
 
-WINDOWED_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text", "gpt_oss", "cohere2"})
-"""Model types whose sliding-window layers both engines cache for the window only: vLLM's hybrid KV cache
-manager (v1 engine, v0.10+) and llama.cpp's SWA cache (``llama_kv_cache_iswa``, used for every
-architecture with a ``swa_type``, these among them, since its PR 13194 of May 2025). Any other window
-(Mistral 7B v0.1's, Phi-3's, on every layer) is counted for the whole context: llama.cpp caches those
-layers whole, and a plan never counts less than an engine takes."""
+WINDOWED_TYPES = PATTERN_TYPES
+"""Model types whose configs may say which layers slide by a fixed pattern alone (``planner.caches``)."""
 
 
 def shape_from_config(config: Any, *, params: int = 0, source: str = "config.json") -> Shape:
@@ -68,29 +65,28 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
     per_layer_heads = sorted({layer.kv_heads for layer in plan if layer.mixer == "attention" and layer.kv_heads})
     # DeciLM leaves num_key_value_heads null and gives each layer its own: the fewest bound a split
     kv_heads = per_layer_heads[0] if per_layer_heads else _kv_heads(lang, heads, whole)
-    mla = cfg.get("kv_lora_rank") is not None
+    mla = uses_mla(cfg)
+    key = value = latent = 0
     if mla:
-        per_layer = whole("kv_lora_rank") + whole("qk_rope_head_dim")
+        latent = whole("kv_lora_rank") + whole("qk_rope_head_dim")
     else:
         if cfg.get("head_dim") is not None:
-            head_dim = whole("head_dim")
+            key = whole("head_dim")
         else:
             hidden = whole("hidden_size")
             if hidden % heads:
                 raise InvalidInput(
                     lang.source, "hidden_size", f"{hidden} does not divide by num_attention_heads {heads}"
                 )
-            head_dim = hidden // heads
-        # keys of head_dim, values of v_head_dim where the config sets it apart (MiMo-V2-Flash)
-        per_layer = kv_heads * (head_dim + whole("v_head_dim", default=head_dim))
-    attention = [layer for layer in plan if layer.mixer == "attention"]
-    kv = sum(per_layer * (layer.kv_heads or kv_heads) // kv_heads for layer in attention) * KV_BYTES_PER_ELEMENT
-    kv += len(attention) * _indexer_key_bytes(cfg)
+            key = hidden // heads
+        # keys of head_dim, values of v_head_dim where the config sets it apart (MiMo-V2-Flash); a
+        # v_head_dim of 0 is an MLA key the model does not use (DeepSeek-OCR's use_mla false)
+        value = key if cfg.get("v_head_dim") == 0 else whole("v_head_dim", default=key)
+    cached = cached_layers(lang, plan, kv_heads, key, value, latent=latent)
+    kv = sum(layer.values for layer in cached) * KV_BYTES_PER_ELEMENT + len(cached) * _indexer_key_bytes(cfg)
     max_context, where = max_model_len(lang)
-    sliding = _sliding_layers(lang, layers)
-    windows: tuple[tuple[int, int], ...] = ()
-    if sliding and not mla:
-        windows = ((sliding[0], sliding[1] * per_layer * KV_BYTES_PER_ELEMENT),)
+    sliding = sum(layer.values for layer in cached if layer.sliding) * KV_BYTES_PER_ELEMENT
+    windows = ((window(lang), sliding),) if sliding and not mla else ()
     return Shape(
         kv_bytes_per_token=kv,
         kv_heads=kv_heads,
@@ -107,9 +103,18 @@ def shape_from_config(config: Any, *, params: int = 0, source: str = "config.jso
         mlp_width=mlp_width(lang),
         vocab=_size(cfg, "vocab_size"),
         experts=max(_size(cfg, name) for name in EXPERT_FIELDS),
-        attention_layers=len(attention),
+        attention_layers=len(cached),
         state_bytes_per_sequence=state_bytes_per_sequence(lang, plan),
     )
+
+
+def uses_mla(cfg: Mapping[str, Any]) -> bool:
+    """Whether the attention is MLA: a ``kv_lora_rank`` that is not null, unless ``use_mla`` is false.
+    vLLM's ``is_deepseek_mla`` (vllm/config/model.py) asks ``kv_lora_rank is not None``; DeepSeek-VL2's and
+    DeepSeek-OCR's language configs say ``use_mla: false`` with a null ``kv_lora_rank`` and zero MLA head
+    widths, and their ``DeepseekV2DecoderLayer`` then builds plain multi-head attention (DeepSeek's
+    modeling_deepseekv2.py: ``"mla_" if config.use_mla else "mha_"``)."""
+    return cfg.get("kv_lora_rank") is not None and cfg.get("use_mla") is not False
 
 
 def _indexer_key_bytes(cfg: Mapping[str, Any]) -> int:
@@ -124,8 +129,8 @@ def _indexer_key_bytes(cfg: Mapping[str, Any]) -> int:
     return head_dim + head_dim // INDEXER_QUANT_BLOCK * INDEXER_SCALE_BYTES
 
 
-EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
-"""Where configs count a mixture's routed experts: Mixtral and gpt-oss, Qwen-MoE, DeepSeek."""
+EXPERT_FIELDS = EXPERT_KEYS
+"""Where configs count a mixture's routed experts (``planner.layers.EXPERT_KEYS``)."""
 
 
 def _size(cfg: Mapping[str, Any], name: str) -> int:
@@ -177,24 +182,3 @@ def max_model_len(lang: LanguageConfig) -> tuple[int, str]:
     if rope_type == "yarn" and isinstance(original, int) and not isinstance(original, bool) and original > 0:
         base, where = original, f"rope_scaling.original_max_position_embeddings {original}"
     return int(base * factor), f"{where} x rope_scaling.factor {factor:g} ({rope_type})"
-
-
-def _sliding_layers(lang: LanguageConfig, layers: int) -> tuple[int, int] | None:
-    """``(window, layers)`` of the sliding-window layers the engines cache for the window only (see
-    ``WINDOWED_TYPES``); ``None`` when there are none. ``layer_types`` says which layers slide where the
-    config lists them (transformers v4.53+); else ``sliding_window_pattern``: every N-th layer is full."""
-    cfg = lang.fields
-    window = cfg.get("sliding_window")
-    if lang.model_type not in WINDOWED_TYPES or not isinstance(window, int) or isinstance(window, bool):
-        return None
-    if window <= 0:
-        return None
-    kinds = cfg.get("layer_types")
-    if isinstance(kinds, Sequence) and not isinstance(kinds, str) and len(kinds) == layers:
-        count = sum(1 for k in kinds if k == "sliding_attention")
-    else:
-        pattern = cfg.get("sliding_window_pattern")
-        if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern <= 0:
-            return None
-        count = sum(1 for i in range(layers) if (i + 1) % pattern)
-    return (window, count) if count else None

@@ -598,6 +598,41 @@ ENTRIES: dict[str, Entry] = {
         + 47 * (2048 * 768 + 768 * 20 * 256 + 2048 * 576 + 512 * 20 * (192 + 256) + 20 * 256 * 2048)
         + 3 * 2048 * 10240 + 46 * (64 * 3 * 2048 * 1536 + 3 * 2048 * 1536 + 2048 * 64),
     ),
+    "deepseek-ai--DeepSeek-OCR": Entry(
+        # DeepSeek-V2's layers with use_mla false: multi-head attention of 10 heads of 128 (the null
+        # kv_lora_rank and zero MLA head widths unused); 1 dense layer, 11 of 64 experts of 896 and 2 shared;
+        # the SAM and CLIP towers (0.4B by the weights' listing) are not counted
+        "DeepseekOCRForCausalLM", kv=12 * 2 * 10 * 128 * 2,
+        params=129280 * 1280 * 2 + 12 * 4 * 1280 * 1280 + 3 * 1280 * 6848
+        + 11 * (64 * 3 * 1280 * 896 + 1280 * 64 + 2 * 3 * 1280 * 896),
+    ),
+    "tiiuae--Falcon-H1-0.5B-Base": Entry(
+        # attention (8 heads, 2 KV heads of 64) and a Mamba-2 mixer (24 heads of 64, state 128, 1 group)
+        # side by side on each of 36 layers, then a gated MLP of 2048; untied
+        "FalconH1ForCausalLM", kv=36 * 2 * 2 * 64 * 2,
+        params=32784 * 1024 * 2 + 36 * (
+            2 * 1024 * 8 * 64 + 2 * 1024 * 2 * 64
+            + 1024 * (2 * 1536 + 2 * 128 + 24) + 1792 * 4 + 1536 * 1024
+            + 3 * 1024 * 2048
+        ),
+    ),
+    "moonshotai--Kimi-Linear-48B-A3B-Instruct": Entry(
+        # Kimi Delta Attention on 20 of 27 layers (32 heads of 128: q, k, v, o, the f and g gates through
+        # 128, b, three short convolutions of 4), MLA on layers 4, 8, ..., 24 and 27 (no q latent, kv latent
+        # 512, rope 64); a dense layer, then 256 experts of 1024, a router and a shared expert; untied
+        "KimiLinearForCausalLM", kv=7 * (512 + 64) * 2,
+        params=163840 * 2304 * 2
+        + 7 * (2304 * 32 * 192 + 2304 * 576 + 512 * 32 * 256 + 32 * 128 * 2304)
+        + 20 * (4 * 2304 * 4096 + 2 * (2304 * 128 + 128 * 4096) + 2304 * 32 + 3 * 4096 * 4)
+        + 3 * 2304 * 9216 + 26 * (256 * 3 * 2304 * 1024 + 2304 * 256 + 3 * 2304 * 1024),
+    ),
+    "LiquidAI--LFM2-1.2B": Entry(
+        # attention on layers 2, 5, 8, 10, 12, 14 (32 heads of 64, 8 KV heads), short convolutions (in_proj to
+        # B, C, x; a depthwise conv of 3; out_proj) on the other 10; a gated MLP of 2/3 x 12288 = 8192; tied
+        "Lfm2ForCausalLM", kv=6 * 2 * 8 * 64 * 2,
+        params=65536 * 2048 + 6 * (2 * 2048 * 2048 + 2 * 2048 * 512)
+        + 10 * (2048 * 3 * 2048 + 2048 * 3 + 2048 * 2048) + 16 * 3 * 2048 * 8192,
+    ),
     "AdelaCorbeanu--Llama-3.2-3B-Romanian-QA-LoRA": Entry(
         "", params=0, kv=0, status="refused", line="an adapter, not a model",
         note="an adapter's files only: its base model is meta-llama--Llama-3.2-3B",

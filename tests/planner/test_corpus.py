@@ -14,6 +14,7 @@ import pytest
 from planner import InvalidInput, Repository, options, plan, repository_from_listing
 from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes
 from tests.planner.corpus_cases import CASES, REFUSED
+from tests.planner.corpus_registry import ENTRIES
 from tests.planner.helpers import cpu_node, gpu_node
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -41,7 +42,11 @@ def load(name: str) -> Repository:
     index = _json(folder, "model.safetensors.index.json") or _json(folder, "pytorch_model.bin.index.json")
     files = _json(folder, "files.json")
     if files is None:
-        files = [{"path": "model.safetensors", "size": case.weights if case else 1}]
+        # no listing in the sources: one file of the case's bytes, else of the hand count at 16 bits (the
+        # planner checks a config's count against its files' bytes)
+        entry = ENTRIES.get(name)
+        size = case.weights if case else 2 * entry.params if entry and entry.params else 1
+        files = [{"path": "model.safetensors", "size": size}]
     unknown = [f for f in files if f.get("size") is None]
     if unknown:
         # sizes the sources did not tell: the index's total spread over its shards, else a placeholder

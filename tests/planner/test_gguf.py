@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from planner import InvalidInput, repository_from_folder
-from planner.gguf import read_header
+from planner.gguf import GgufHeader, read_header, shape_from_gguf
 
 LLAMA_8B = {
     "general.architecture": "llama",
@@ -92,3 +92,39 @@ def test_a_projector_by_its_header_is_not_an_artifact(tmp_path: Path) -> None:
     repo = repository_from_folder(tmp_path)
     assert [a.name for a in repo.artifacts] == ["m-Q4_K_M.gguf"]
     assert repo.shape.kv_bytes_per_token == 131_072
+
+
+def gemma3n_gguf(**extra: Any) -> GgufHeader:
+    """Gemma 3n E2B's GGUF metadata as llama.cpp's converter writes it: a window, shared KV layers."""
+    meta = {
+        "general.architecture": "gemma3n",
+        "gemma3n.block_count": 30,
+        "gemma3n.embedding_length": 2048,
+        "gemma3n.attention.head_count": 8,
+        "gemma3n.attention.head_count_kv": 2,
+        "gemma3n.attention.key_length": 256,
+        "gemma3n.attention.value_length": 256,
+        "gemma3n.attention.sliding_window": 512,
+        "gemma3n.attention.shared_kv_layers": 10,
+        "gemma3n.context_length": 32768,
+    }
+    return GgufHeader({**meta, **extra}, 5_000_000_000)
+
+
+def test_a_gguf_sliding_window_and_shared_layers_come_from_its_metadata() -> None:
+    shape = shape_from_gguf(gemma3n_gguf(), "m.gguf")
+    per_layer = 2 * 2 * 256 * 2
+    # llama.cpp's set_swa_pattern(5) for gemma3n: layers 4, 9, 14 and 19 full among the 20 with a cache
+    assert shape.kv_bytes_per_token == 20 * per_layer
+    assert shape.windows == ((512, 16 * per_layer),)
+    # a pattern in the metadata wins over the architecture's, a layer each
+    pattern = [i % 2 == 0 for i in range(30)]
+    shape = shape_from_gguf(gemma3n_gguf(**{"gemma3n.attention.sliding_window_pattern": pattern}), "m.gguf")
+    assert shape.windows == ((512, 10 * per_layer),)
+
+
+def test_a_gguf_with_kv_heads_a_layer_each_counts_each() -> None:
+    heads = [2] * 20 + [0] * 10  # no KV heads on the last ten
+    shape = shape_from_gguf(gemma3n_gguf(**{"gemma3n.attention.head_count_kv": heads}), "m.gguf")
+    assert shape.kv_heads == 2
+    assert shape.kv_bytes_per_token == 20 * 2 * 2 * 256 * 2

@@ -249,7 +249,7 @@ def test_projectors_and_importance_matrices_anywhere_in_the_name_are_not_artifac
         {"path": "llava-v1.6-mmproj-f16.gguf", "size": 600},
         {"path": "imatrix.gguf", "size": 9},
         {"path": "Model-imatrix.gguf", "size": 9},
-        {"path": "m-Q4_K_M.gguf", "size": 4},
+        {"path": "m-Q4_K_M.gguf", "size": 4_920_000_000},  # an 8B at Q4_K_M
     ]
     assert [a.name for a in repository_from_listing(files, LLAMA_8B).artifacts] == ["m-Q4_K_M.gguf"]
 

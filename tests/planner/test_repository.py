@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 from typing import Any
@@ -235,10 +236,16 @@ def test_quantised_originals_have_no_params_from_the_index() -> None:
 
 
 def write_safetensors(path: Path, shapes: dict[str, list[int]], pad: int = 0) -> None:
-    header = {name: {"dtype": "BF16", "shape": s, "data_offsets": [0, 0]} for name, s in shapes.items()}
+    """A safetensors file of BF16 tensors of ``shapes``, their zeros, and ``pad`` bytes more."""
+    header: dict[str, Any] = {}
+    end = 0
+    for name, s in shapes.items():
+        size = 2 * math.prod(s)
+        header[name] = {"dtype": "BF16", "shape": s, "data_offsets": [end, end + size]}
+        end += size
     header["__metadata__"] = {"format": "pt"}
     raw = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * pad)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * (end + pad))
 
 
 CONFIG = {

@@ -65,9 +65,11 @@ def test_a_hybrid_folder_caches_only_its_attention_layers(tmp_path: Path) -> Non
     shape, notes = repo.shape, repo.notes
     # two layers of 2 KV heads x 16, keys and values, not the config's eight
     assert shape.kv_bytes_per_token == 2 * 64 * KV_BYTES_PER_ELEMENT
-    assert len(notes) == 1
+    # and the count: six of the config's eight dense layers are Mamba mixers in the weights
+    assert len(notes) == 2
     assert "2 of 8 layers hold key/value projections" in notes[0]
     assert "the config's arithmetic gave 1,024" in notes[0]
+    assert "the config's shapes count 427,072 (213% of them)" in notes[1]
     assert shape.params == sum(n for n in _elements(hybrid()).values())
 
 
@@ -92,7 +94,7 @@ def test_headers_on_a_listing_read_as_the_folder_does(tmp_path: Path) -> None:
 
 
 def test_without_headers_the_config_arithmetic_stands() -> None:
-    files = [{"path": "model.safetensors", "size": 10_000_000}]
+    files = [{"path": "model.safetensors", "size": 900_000}]  # the config's 427,072 parameters at 16 bits
     assert repository_from_listing(files, hybrid_config()).shape.kv_bytes_per_token == 8 * 64 * KV_BYTES_PER_ELEMENT
 
 
@@ -126,7 +128,7 @@ def test_fp8_headers_name_the_quant_and_count_exactly() -> None:
         if name.endswith("_proj.weight"):
             t["dtype"] = "F8_E4M3"
     files = [{"path": "model.safetensors", "size": 300_000}]
-    repo = repository_from_listing(files, hybrid_config(2), headers=head)
+    repo = repository_from_listing(files, {**hybrid_config(2), "vocab_size": 128}, headers=head)
     assert repo.artifacts[-1].quant == "fp8"
     # each layer's 7 projections (36,864) and 2 norms, the final norm, embeddings and head
     assert repo.shape.params == 2 * (36_864 + 128) + 64 + 2 * 128 * 64
@@ -169,8 +171,9 @@ def test_an_unknown_model_type_whose_index_shows_non_attention_layers_is_not_pla
         parts = ("q_proj", "k_proj", "v_proj", "o_proj") if i % 2 == 0 else ("in_proj", "A_log", "conv1d", "out_proj")
         where = "self_attn" if i % 2 == 0 else "mixer"
         weight_map.update({f"model.layers.{i}.{where}.{p}.weight": shard for p in parts})
-    index = {"metadata": {"total_size": 600_000_000}, "weight_map": weight_map}
-    files = [{"path": "config.json", "size": 500}, {"path": shard, "size": 600_000_000}]
+    # the config's 132,644,864 parameters at 16 bits
+    index = {"metadata": {"total_size": 265_289_728}, "weight_map": weight_map}
+    files = [{"path": "config.json", "size": 500}, {"path": shard, "size": 265_289_728}]
     dense = repository_from_listing(files, config)
     read = repository_from_listing([*files, {"path": "model.safetensors.index.json", "size": 1000}], config, index)
     assert dense.shape.kv_bytes_per_token == 4 * 2 * 8 * 128 * 2
