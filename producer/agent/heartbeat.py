@@ -26,6 +26,8 @@ def heartbeat_dict(
     started_host_gb: float = 0.0,
     footprints: Mapping[str, Footprint] | None = None,
     ended: Mapping[str, str] | None = None,
+    gpu_vendor: str = "",
+    gpu_driver: str = "",
 ) -> dict[str, Any]:
     """The heartbeat of a node with ``cards`` (all of one class) and ``memory``.
 
@@ -39,7 +41,9 @@ def heartbeat_dict(
     workers do once the hold is listed in ``started``. Free RAM is what is available less what started
     holds reserve and do not use yet: at most the total less their reservations. ``footprints`` are what
     some started holds' engines were measured to hold, ``ended`` why some of their engines ended; each key is
-    left out when there is none.
+    left out when there is none. ``gpu_vendor`` and ``gpu_driver`` are the cards' maker and driver (which
+    size vLLM's graphs in a plan, ``planner.platform``): sent for a node that reports cards, each where
+    known.
     """
     given = set(taken)
     label = gpu_class if gpu_class is not None else (cards[0].label if cards else "")
@@ -66,6 +70,10 @@ def heartbeat_dict(
         "boot_id": boot_id,
         "started": list(started),
     }
+    if cards and gpu_vendor:
+        data["gpu_vendor"] = gpu_vendor
+        if gpu_driver:
+            data["gpu_driver"] = gpu_driver
     if footprints:
         data["footprints"] = {h: fp.model_dump(mode="json") for h, fp in footprints.items()}
     if ended:
