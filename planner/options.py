@@ -148,7 +148,9 @@ def gguf_kv_bytes(shape: Shape, context: int, settings: Settings = NO_SETTINGS) 
     in f32 (``llama_memory_recurrent`` keeps one per sequence, ``n_seq_max``), twice the 16 bits
     ``state_bytes_per_sequence`` counts."""
     run = llamacpp_run(settings.llamacpp)
-    f16 = llamacpp_kv_bytes(shape, run.cache_tokens(context), sequences=run.slots, ubatch=run.ubatch)
+    f16 = llamacpp_kv_bytes(
+        shape, run.cache_tokens(context), sequences=run.slots, ubatch=run.ubatch, unified=run.unified
+    )
     return run.kv_bytes(f16) + run.slots * shape.state_bytes_per_sequence * LLAMACPP_STATE_WIDENING
 
 
