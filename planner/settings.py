@@ -234,6 +234,9 @@ class VllmRun:
     class's nodes report): graphs take more."""
     rocm: bool = False
     """The cards are AMD's, under ROCm (as the class's nodes report them): HIP graphs take more."""
+    driver_unreported: bool = False
+    """No node of the class reported its driver, nor do the settings name one: the graphs are counted as
+    a current driver's, with their measured error said (``planner.platform.GRAPHS_ERROR``)."""
 
     @property
     def kv_bytes_per_element(self) -> int:
@@ -284,6 +287,7 @@ def vllm_run(s: VllmSettings, gpu_class: str, card_gb: float, context: int = 0, 
         p2p=s.gpu_p2p is not False,
         old_driver=old_driver(s.nvidia_driver) or graphs == "old-driver",
         rocm=graphs == "rocm",
+        driver_unreported=graphs == "unreported" and s.nvidia_driver is None,
     )
 
 

@@ -33,6 +33,7 @@ from planner.constants import (
     vllm_overhead_bytes,
 )
 from planner.estimate import DEFAULT_ESTIMATE, EngineShape, Estimate, Need, need_of, thin_data
+from planner.platform import GRAPHS_ERROR
 from planner.settings import VllmRun
 from planner.vllmrelease import (
     DEFAULT_RELEASE,
@@ -202,6 +203,7 @@ def vllm_card(
     flashinfer_sampler: bool = False,
     old_driver: bool = False,
     rocm: bool = False,
+    driver_unreported: bool = False,
     dequantised: bool = False,
     fit: VllmFit = VLLM_FIT,
 ) -> Need:
@@ -239,7 +241,10 @@ def vllm_card(
     )
     if dequantised and not enforce_eager:
         parts += (("bitsandbytes dequantised weight", vllm_dequantised(shape, tp)),)
-    return need_of(weights, kv, parts, thin_data(shape, context))
+    thin = thin_data(shape, context)
+    if driver_unreported and not enforce_eager:
+        thin += (GRAPHS_ERROR,)
+    return need_of(weights, kv, parts, thin)
 
 
 def vllm_split(
@@ -283,5 +288,6 @@ def vllm_split(
         flashinfer_sampler=run.flashinfer_sampler,
         old_driver=run.old_driver,
         rocm=run.rocm,
+        driver_unreported=run.driver_unreported,
         dequantised=dequantised,
     )

@@ -11,7 +11,8 @@ import pytest
 from planner import InvalidInput, PoolNode, parse_node
 from planner.index import PoolIndex
 from planner.options import classes, grouped, options
-from planner.platform import graphs_of, worst
+from planner.platform import GRAPHS_ERROR, graphs_of, worst
+from planner.settings import Settings, VllmSettings
 from planner.view import PoolView
 from tests.planner.helpers import gpu_node, original
 from tests.planner.test_settings import LLAMA_8B
@@ -66,8 +67,8 @@ def test_a_cpu_node_names_no_vendor() -> None:
 @pytest.mark.parametrize(
     ("vendor", "driver", "graphs"),
     [
-        ("", "", "current"),
-        ("nvidia", "", "current"),
+        ("", "", "unreported"),
+        ("nvidia", "", "unreported"),
         ("nvidia", "550.54.15", "current"),
         ("nvidia", "570.195.03", "current"),
         ("nvidia", "535.230.02", "old-driver"),
@@ -82,7 +83,7 @@ def test_what_a_nodes_graphs_take_follows_its_vendor_and_driver(vendor: str, dri
 
 def test_an_old_drivers_node_needs_more_for_the_same_model_than_a_current_one() -> None:
     current, old, unknown = need_gb([node("570.195.03")]), need_gb([node("535.230.02")]), need_gb([node()])
-    assert unknown == current
+    assert unknown == current  # counted as a current driver's, its error said (below)
     # Llama-3.1-8B's graphs on an H100 (1,024 sequences): 0.9 GiB at a current driver, × 3.5 of their part
     # per size at an old one
     assert 1.5 < old - current < 3.5, (current, old)
@@ -98,6 +99,7 @@ def test_a_class_is_planned_at_its_nodes_worst_graphs() -> None:
     assert need_gb(mixed) == need_gb([node("535.230.02")])
     assert [c.graphs for c in grouped(mixed)] == [c.graphs for c in classes(mixed)] == ["old-driver"]
     assert worst(["current", "rocm", "old-driver"]) == "rocm" and worst([]) == "current"
+    assert worst(["current", "unreported"]) == "unreported"
 
 
 def test_the_pool_index_follows_a_nodes_driver_as_it_changes() -> None:
@@ -114,3 +116,19 @@ def test_the_pool_index_follows_a_nodes_driver_as_it_changes() -> None:
     index.drop("gpu-b")
     assert need_gb(index) == current
     assert [g.platforms for g in index.groups()] == [{"current": 1}]
+
+
+def test_an_unreported_driver_is_counted_as_a_current_one_and_its_error_said() -> None:
+    def option(nodes: list[PoolNode]) -> tuple[float, str]:
+        (o,) = [o for o in options([original(15.0)], LLAMA_8B, nodes, 8192) if o.gpu_class == "h100-80g"]
+        return o.need_gb, o.margin
+
+    (current, said), (unreported, unsaid) = option([node("570.195.03")]), option([node()])
+    assert current == unreported and said == "" and unsaid == GRAPHS_ERROR
+    # one node of the class that does not say is enough: any node of the class may be chosen
+    assert option([node("570.195.03"), node(node_id="gpu-b")])[1] == GRAPHS_ERROR
+    # the deployment naming the driver is the driver known
+    named = options(
+        [original(15.0)], LLAMA_8B, [node()], 8192, settings=Settings(vllm=VllmSettings(nvidia_driver="570"))
+    )
+    assert [o.margin for o in named if o.gpu_class == "h100-80g"] == [""]
