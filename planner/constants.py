@@ -236,3 +236,11 @@ LLAMACPP_STATE_WIDENING = 2
 16 bits of ``Shape.state_bytes_per_sequence``. The published logs agree: Qwen3-Coder-Next on 4 slots
 holds 397 MiB of context at 4,096 cells, 96 MiB of KV cache and 301 of state, 75 MiB a slot against 37.7
 counted at 16 bits (tests/planner/engine_logs/llamacpp_published.json, rows 22-24)."""
+
+LLAMACPP_PIPELINE_COMPUTE = (11, 8)
+"""With every layer on two or more cards llama.cpp runs them as a pipeline ("pipeline parallelism enabled
+(n_copies=4)": ``pipeline_parallel`` in src/llama-context.cpp, on where the model spans several devices,
+every layer is offloaded and the split is by layer), whose scheduler keeps copies of the graph's inputs
+and splits: each card's compute buffer × 11/8. Fitted on the one published pipeline run
+(tests/planner/engine_logs/llamacpp_published.json, row 5: Qwen2.5-Coder-32B over two RTX 3090 Ti, 233
+and 237.5 MiB where one card's buffer is counted at 177): 1.34 of it on the last card, rounded up."""

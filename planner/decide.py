@@ -351,7 +351,7 @@ def why_unfit(
                 while w > 1 and not vllm_tp_allowed(shape, w):
                     w //= 2
                 spread = vllm_kv_spread(shape, kv, w)
-                run = vllm_run(settings.vllm, widest.gpu_class, widest.mem_gb, context)
+                run = vllm_run(settings.vllm, widest.gpu_class, widest.mem_gb, context, widest.graphs)
                 need = vllm_split(
                     weights,
                     spread,

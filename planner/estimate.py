@@ -29,10 +29,12 @@ from planner.constants import (
     LLAMACPP_HOST_HIDDEN_BYTES,
     LLAMACPP_LOGITS_BYTES,
     LLAMACPP_NO_FA_HIDDEN_BYTES,
+    LLAMACPP_PIPELINE_COMPUTE,
     LLAMACPP_SCORE_BYTES,
     LLAMACPP_UBATCH,
     UNKNOWN_HEADS,
     UNKNOWN_HIDDEN,
+    UNKNOWN_LAYERS,
     UNKNOWN_VOCAB,
     gguf_overhead_bytes,
 )
@@ -161,16 +163,22 @@ def llamacpp_card(
     context: int,
     estimate: Estimate = DEFAULT_ESTIMATE,
     run: LlamacppRun = LLAMACPP_DEFAULTS,
+    pipeline: bool = False,
 ) -> Need:
     """One card of a llama.cpp replica holding ``weights`` and ``kv`` bytes (its share by layer), run with
     ``run``'s settings. Each card of a split has its own CUDA context and compute buffer, so each counts
-    them whole."""
+    them whole; ``pipeline``: one of several cards holding every layer between them, whose compute
+    buffers are larger (``LLAMACPP_PIPELINE_COMPUTE``)."""
     if estimate == "seed":
         return need_of(weights, kv, (("1 GiB + weights/20", gguf_overhead_bytes(weights)),))
     cells = run.cache_tokens(context)
+    compute = llamacpp_compute(shape, cells, ubatch=run.ubatch, flash_attn=run.flash_attn)
+    if pipeline:
+        times, per = LLAMACPP_PIPELINE_COMPUTE
+        compute = compute * times // per
     parts = (
         ("CUDA context", LLAMACPP_CUDA_CONTEXT),
-        ("compute buffer", llamacpp_compute(shape, cells, ubatch=run.ubatch, flash_attn=run.flash_attn)),
+        ("compute buffer", compute),
         ("cuBLAS and pools", LLAMACPP_CARD_FIXED),
     )
     return need_of(weights, kv, parts, thin_data(shape, context))
@@ -219,10 +227,28 @@ def llamacpp_split(
     estimate: Estimate = DEFAULT_ESTIMATE,
     run: LlamacppRun = LLAMACPP_DEFAULTS,
 ) -> Need:
-    """One of ``width`` cards of a llama.cpp replica split by layer: its share of the weights and KV cache
-    (counted as the seed did, ``(weights + kv) // width``), and the engine's cost on a card."""
+    """One of ``width`` cards of a llama.cpp replica split by layer: its share of the weights and KV cache,
+    and the engine's cost on a card. The seed counts ``(weights + kv) // width``. Measured, the fullest
+    card's: llama.cpp gives each card whole layers, splitting ``n_layer + 1`` of them (the output counted
+    as one, on the last card) in proportion, so the first card takes ``ceil((n_layer + 1) / width)`` of the
+    repeating layers (``llama_model::load_tensors``, src/llama-model.cpp: a layer goes to the device
+    whose cumulative split passes ``il / (n_layer + 1)``); counted as that many of ``n_layer``, at most
+    the whole. With two cards or more every layer is on a card, and llama.cpp runs them as a pipeline."""
     share = weights // width
-    return llamacpp_card(share, (weights + kv) // width - share, shape, context=context, estimate=estimate, run=run)
+    if estimate == "seed" or width == 1:
+        kv_share = (weights + kv) // width - share
+        return llamacpp_card(share, kv_share, shape, context=context, estimate=estimate, run=run)
+    layers = shape.layers or UNKNOWN_LAYERS
+    most = min(layers, -(-(layers + 1) // width))
+    return llamacpp_card(
+        weights * most // layers,
+        kv * most // layers,
+        shape,
+        context=context,
+        estimate=estimate,
+        run=run,
+        pipeline=True,
+    )
 
 
 @dataclass(frozen=True, slots=True)

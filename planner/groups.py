@@ -15,11 +15,14 @@ from typing import TypeAlias
 
 from planner.constants import HOST_SHARE, card_budget_gb
 from planner.model import PoolNode
+from planner.platform import Graphs, graphs_of, worst
 
 CardKey: TypeAlias = tuple[str, int, int, int]
 """Card class, card size, cards and free cards: what a one-node layout reads of a node."""
 FabricKey: TypeAlias = tuple[str, int, str, int, int]
 """Card class, card size, fabric, cards and free cards: what a layout over one fabric's nodes reads."""
+GroupKey: TypeAlias = tuple[str, int, str, int, int, str]
+"""A ``FabricKey`` and what the node's graphs take (``planner.platform.Graphs``): what a group counts."""
 HostKey: TypeAlias = tuple[int, int, int]
 """Whether a node has cards (the sign of its count: -1, 0, 1), its RAM and its free RAM, in GiB: what a
 CPU layout reads."""
@@ -55,6 +58,8 @@ class Group:
     fabrics: list[FabricGroup] = field(default_factory=list)
     cards: dict[tuple[int, int], int] = field(default_factory=dict)
     """Every fabric's counts together."""
+    platforms: dict[str, int] = field(default_factory=dict)
+    """How many of the class's nodes have graphs of each kind (``planner.platform.Graphs``)."""
     _takers: dict[int, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
     kept: dict[int, object] = field(default_factory=dict, compare=False, repr=False)
     """What the planner worked out from the class's counts, by what it was for; emptied when they change."""
@@ -62,6 +67,12 @@ class Group:
     @property
     def budget_gb(self) -> float:
         return card_budget_gb(self.mem_gb)
+
+    @property
+    def graphs(self) -> Graphs:
+        """What vLLM's graphs take on the class's cards: the most any of its nodes' take, as any node of
+        the class may be chosen for its options (``planner.platform``)."""
+        return worst(self.platforms)
 
     def takers(self, width: int) -> tuple[int, int]:
         """How many of the class's nodes have ``width`` cards, and how many of those have them free now."""
@@ -134,13 +145,13 @@ GPUS, HOST_MEM, HOST_FREE = attrgetter("gpus"), attrgetter("host_mem_gb"), attrg
 
 
 def counted_groups(
-    counts: Mapping[FabricKey, int],
+    counts: Mapping[GroupKey, int],
 ) -> tuple[dict[tuple[str, int], Group], dict[tuple[str, int, str], FabricGroup]]:
     """The classes ``grouped`` makes, by (class, card size), and their fabrics by (class, card size,
-    fabric), from how many nodes there are of each ``FabricKey``."""
+    fabric), from how many nodes there are of each ``GroupKey``."""
     by: dict[tuple[str, int], Group] = {}
     fabrics: dict[tuple[str, int, str], FabricGroup] = {}
-    for (gpu_class, mem_gb, fabric, gpus, free_gpus), count in counts.items():
+    for (gpu_class, mem_gb, fabric, gpus, free_gpus, graphs), count in counts.items():
         if not gpu_class or gpus <= 0 or mem_gb <= 0:
             continue
         key = (gpu_class, mem_gb)
@@ -154,17 +165,18 @@ def counted_groups(
             c.fabrics.append(fab)
         fab.cards[(gpus, free_gpus)] = fab.cards.get((gpus, free_gpus), 0) + count
         c.cards[(gpus, free_gpus)] = c.cards.get((gpus, free_gpus), 0) + count
+        c.platforms[graphs] = c.platforms.get(graphs, 0) + count
     for c in by.values():
         c.fabrics.sort(key=_NAME)
     return by, fabrics
 
 
-def grouped_key(n: PoolNode) -> tuple[str, int, str, int, int] | None:
-    """What ``grouped`` counts a node by (class, card size, fabric, cards, free cards); None for a node it
-    leaves out: no class, no cards, or cards of no size."""
+def grouped_key(n: PoolNode) -> GroupKey | None:
+    """What ``grouped`` counts a node by (class, card size, fabric, cards, free cards, what its graphs
+    take); None for a node it leaves out: no class, no cards, or cards of no size."""
     if not n.gpu_class or n.gpus <= 0 or n.gpu_mem_gb <= 0:
         return None
-    return (n.gpu_class, n.gpu_mem_gb, n.fabric, n.gpus, n.free_gpus)
+    return (n.gpu_class, n.gpu_mem_gb, n.fabric, n.gpus, n.free_gpus, graphs_of(n.gpu_vendor, n.gpu_driver))
 
 
 def ram_room(n: PoolNode) -> float:
@@ -172,14 +184,20 @@ def ram_room(n: PoolNode) -> float:
     return min(n.host_mem_gb * HOST_SHARE, n.host_free_gb)
 
 
-def tally(g: Group, f: FabricGroup, cards: tuple[int, int], d: int) -> None:
-    """Count ``d`` more nodes (fewer, if negative) with ``cards`` in class ``g``, on its fabric ``f``."""
+def tally(g: Group, f: FabricGroup, cards: tuple[int, int], d: int, graphs: str = "current") -> None:
+    """Count ``d`` more nodes (fewer, if negative) with ``cards`` and ``graphs`` in class ``g``, on its
+    fabric ``f``."""
     for counts in (g.cards, f.cards):
         c = counts.get(cards, 0) + d
         if c:
             counts[cards] = c
         else:
             del counts[cards]
+    p = g.platforms.get(graphs, 0) + d
+    if p:
+        g.platforms[graphs] = p
+    else:
+        del g.platforms[graphs]
     g._takers.clear()
     f._takers.clear()
     g.kept.clear()

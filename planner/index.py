@@ -48,6 +48,7 @@ from planner.groups import (
     tally,
 )
 from planner.model import Option, PoolNode
+from planner.platform import graphs_of
 
 # --- what the node choice reads ----------------------------------------------------------------------------
 
@@ -182,7 +183,7 @@ class PoolIndex:
         rooms = map(min, map(HOST_SHARE.__rmul__, mems), frees)
         self._room = dict(Counter(compress(rooms, map((0).__lt__, mems))))  # of the nodes with RAM
         self._rooms = sorted(self._room)
-        self._groups, self._fabric_groups = counted_groups(Counter(fabric_keys))
+        self._groups, self._fabric_groups = counted_groups(Counter(filter(None, map(grouped_key, nodes))))
 
     # --- reading ------------------------------------------------------------------------------------------
 
@@ -242,7 +243,7 @@ class PoolIndex:
         new._rooms = list(self._rooms)
         for key, g in self._groups.items():
             fabrics = [FabricGroup(f.name, dict(f.cards)) for f in g.fabrics]
-            new._groups[key] = Group(g.gpu_class, g.mem_gb, g.max_gpus, fabrics, dict(g.cards))
+            new._groups[key] = Group(g.gpu_class, g.mem_gb, g.max_gpus, fabrics, dict(g.cards), dict(g.platforms))
             for f in fabrics:
                 new._fabric_groups[(*key, f.name)] = f
         return new
@@ -311,7 +312,7 @@ class PoolIndex:
             if f is None:
                 f = self._fabric_groups[(*key, n.fabric)] = FabricGroup(n.fabric)
                 g.fabrics.insert(fabric_in(g, n.fabric)[0], f)
-            tally(g, f, (n.gpus, n.free_gpus), 1)
+            tally(g, f, (n.gpus, n.free_gpus), 1, graphs_of(n.gpu_vendor, n.gpu_driver))
 
     def _remove(self, n: PoolNode, *, groups: bool = True) -> None:
         """Unlist ``n`` everywhere (in the groups too, unless told not to), dropping what is left empty."""
@@ -369,7 +370,7 @@ class PoolIndex:
             key = (n.gpu_class, n.gpu_mem_gb)
             g = self._groups[key]
             f = self._fabric_groups[(*key, n.fabric)]
-            tally(g, f, (n.gpus, n.free_gpus), -1)
+            tally(g, f, (n.gpus, n.free_gpus), -1, graphs_of(n.gpu_vendor, n.gpu_driver))
             if not f.cards:
                 del g.fabrics[fabric_in(g, n.fabric)[0]]
                 del self._fabric_groups[(*key, n.fabric)]

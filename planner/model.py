@@ -113,6 +113,10 @@ class PoolNode:
     host_mem_gb: int = 0
     """Its RAM; ``host_free_gb`` is what is unused now."""
     host_free_gb: int = 0
+    gpu_vendor: str = ""
+    gpu_driver: str = ""
+    """Who made its cards (``nvidia``, ``amd``) and the driver's version, as its agent read them; ``""``
+    unknown. vLLM's graphs take more under some (``planner.platform``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,11 +22,12 @@ from planner.constants import (
     card_budget_gb,
 )
 from planner.estimate import DEFAULT_ESTIMATE, Estimate, Sizing, engine_shape
-from planner.groups import Group, HostPool, counted_groups
+from planner.groups import Group, HostPool, counted_groups, grouped_key
 from planner.index import PoolIndex
 from planner.layouts import LAYOUT_CACHE, Classes, GgufLayout, gguf_layout
 from planner.model import Artifact, Option, PoolNode, Shape
 from planner.parallel import llamacpp_kv_bytes, vllm_kv_bytes
+from planner.platform import Graphs, graphs_of, worst
 from planner.quant import bits_of
 from planner.settings import NO_SETTINGS, Settings, llamacpp_run
 from planner.view import Nodes, PoolView, pool_view
@@ -147,7 +148,9 @@ def gguf_kv_bytes(shape: Shape, context: int, settings: Settings = NO_SETTINGS) 
     in f32 (``llama_memory_recurrent`` keeps one per sequence, ``n_seq_max``), twice the 16 bits
     ``state_bytes_per_sequence`` counts."""
     run = llamacpp_run(settings.llamacpp)
-    f16 = llamacpp_kv_bytes(shape, run.cache_tokens(context), sequences=run.slots, ubatch=run.ubatch)
+    f16 = llamacpp_kv_bytes(
+        shape, run.cache_tokens(context), sequences=run.slots, ubatch=run.ubatch, unified=run.unified
+    )
     return run.kv_bytes(f16) + run.slots * shape.state_bytes_per_sequence * LLAMACPP_STATE_WIDENING
 
 
@@ -223,8 +226,12 @@ class ClassPool:
     def nodes(self) -> list[PoolNode]:
         return [n for f in self.fabrics for n in f.nodes]
 
+    @property
+    def graphs(self) -> Graphs:
+        """What vLLM's graphs take on the class's cards: the most any of its nodes' take."""
+        return worst(graphs_of(n.gpu_vendor, n.gpu_driver) for n in self.nodes)
 
-CARDS = attrgetter("gpu_class", "gpu_mem_gb", "fabric", "gpus", "free_gpus")
+
 _NAME = attrgetter("name")
 
 
@@ -233,7 +240,7 @@ def grouped(nodes: Iterable[PoolNode]) -> list[Group]:
     each with the same fabrics in the same order (by name). Counting the nodes by what a plan reads of them
     is one pass in C; everything after is in the number of kinds of node (a few hundred in a pool of
     100,000)."""
-    by, _ = counted_groups(Counter(map(CARDS, nodes)))
+    by, _ = counted_groups(Counter(filter(None, map(grouped_key, nodes))))
     return [by[k] for k in sorted(by)]
 
 

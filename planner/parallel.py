@@ -59,16 +59,34 @@ def vllm_kv_bytes(shape: Shape, context: int, batched_tokens: int | None = None)
 
 
 def llamacpp_kv_bytes(
-    shape: Shape, context: int, *, sequences: int = LLAMACPP_SWA_SEQUENCES, ubatch: int = LLAMACPP_UBATCH
+    shape: Shape,
+    context: int,
+    *,
+    sequences: int = LLAMACPP_SWA_SEQUENCES,
+    ubatch: int = LLAMACPP_UBATCH,
+    unified: bool = True,
 ) -> int:
     """The KV cache llama.cpp allocates for ``--ctx-size context`` in f16, the whole model: full layers for
-    every cell, sliding-window layers for the SWA cache's cells (``sequences`` slots, ``ubatch``)."""
+    every cell, sliding-window layers for the SWA cache's cells (``sequences`` slots, ``ubatch``).
+
+    On one unified cache the slots share one SWA cache of ``n_swa × n_seq_max + n_ubatch`` cells; where
+    each slot has its own (``-np N``, ``unified`` off) each of the ``n_seq_max`` streams holds its own
+    ``n_swa + n_ubatch`` cells, padded, within its ``context / N`` (``size_swa`` is computed with
+    ``n_swa*(unified ? n_seq_max : 1) + n_ubatch`` and allocated once a stream, ``llama_kv_cache``'s
+    ``n_stream``, src/llama-kv-cache-iswa.cpp and src/llama-kv-cache.cpp): a micro-batch's room and the
+    padding for every slot, not once."""
     total = shape.kv_bytes_per_token * context
     for window, per_token in shape.windows:
-        wanted = window * sequences + ubatch
-        cells = min(context, -(-wanted // LLAMACPP_SWA_PAD) * LLAMACPP_SWA_PAD)
+        if unified:
+            cells = min(context, _swa_pad(window * sequences + ubatch))
+        else:
+            cells = sequences * min(context // sequences, _swa_pad(window + ubatch))
         total -= per_token * (context - cells)
     return total
+
+
+def _swa_pad(cells: int) -> int:
+    return -(-cells // LLAMACPP_SWA_PAD) * LLAMACPP_SWA_PAD
 
 
 def vllm_kv_spread(shape: Shape, kv: int, tp: int) -> int:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import reprlib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner.errors import InvalidInput
 from planner.model import PoolNode
+from planner.platform import DRIVER_VERSION_REGEX
 from planner.quant import mem_from_class
 from planner.wording import plain
 
@@ -52,6 +53,11 @@ class NodeReport(BaseModel):
     free_gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_NODE)
     host_mem_gb: int = Field(ge=0, le=MAX_MEM_GB)
     host_free_gb: int = Field(ge=0, le=MAX_MEM_GB)
+    gpu_vendor: Literal["", "nvidia", "amd"] = Field(default="", exclude_if=lambda v: not v)
+    """Who made the cards: ``nvidia`` or ``amd``; ``""`` (left out of the JSON) where not said."""
+    gpu_driver: str = Field(default="", pattern=r"^$|" + DRIVER_VERSION_REGEX, exclude_if=lambda v: not v)
+    """The cards' driver as its tools print it (``535.230.02``); ``""`` (left out) where not said. With
+    ``gpu_vendor``, what the plan sizes vLLM's graphs by on this node's cards (``planner.platform``)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> NodeReport:
@@ -59,9 +65,13 @@ class NodeReport(BaseModel):
             raise ValueError(f"free_gpus {self.free_gpus} is more than gpus {self.gpus}")
         if self.host_free_gb > self.host_mem_gb:
             raise ValueError(f"host_free_gb {self.host_free_gb} is more than host_mem_gb {self.host_mem_gb}")
+        if self.gpu_driver and not self.gpu_vendor:
+            raise ValueError(f"gpu_driver {self.gpu_driver!r} given without gpu_vendor: name whose driver it is")
         if not self.gpu_class:
             if self.gpus or self.gpu_mem_gb:
                 raise ValueError('a node with gpu_class "" has no cards: gpus and gpu_mem_gb must be 0')
+            if self.gpu_vendor:
+                raise ValueError('a node with gpu_class "" has no cards: gpu_vendor and gpu_driver must be ""')
             return self
         if self.gpu_class in RESERVED_CLASSES:
             raise ValueError(
@@ -103,6 +113,8 @@ class NodeReport(BaseModel):
             free_gpus=self.free_gpus,
             host_mem_gb=self.host_mem_gb,
             host_free_gb=self.host_free_gb,
+            gpu_vendor=self.gpu_vendor,
+            gpu_driver=self.gpu_driver,
         )
 
 

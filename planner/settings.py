@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner.constants import GIB, USABLE_FRACTION
 from planner.errors import InvalidInput
+from planner.platform import Graphs
 from planner.pool import invalid_from
 from planner.vllmrelease import (
     DEFAULT_RELEASE,
@@ -229,7 +230,13 @@ class VllmRun:
     p2p: bool = True
     """The group's cards have peer access to each other (``VllmSettings.gpu_p2p``)."""
     old_driver: bool = False
-    """The cards' driver is older than the 550 branch (``VllmSettings.nvidia_driver``): graphs take more."""
+    """The cards' driver is older than the 550 branch (``VllmSettings.nvidia_driver``, or the driver the
+    class's nodes report): graphs take more."""
+    rocm: bool = False
+    """The cards are AMD's, under ROCm (as the class's nodes report them): HIP graphs take more."""
+    driver_unreported: bool = False
+    """No node of the class reported its driver, nor do the settings name one: the graphs are counted as
+    a current driver's, with their measured error said (``planner.platform.GRAPHS_ERROR``)."""
 
     @property
     def kv_bytes_per_element(self) -> int:
@@ -256,10 +263,11 @@ class VllmRun:
         return tuple(out)
 
 
-def vllm_run(s: VllmSettings, gpu_class: str, card_gb: float, context: int = 0) -> VllmRun:
+def vllm_run(s: VllmSettings, gpu_class: str, card_gb: float, context: int = 0, graphs: Graphs = "current") -> VllmRun:
     """``s`` on a card of class ``gpu_class`` and ``card_gb`` GiB, for a ``max_model_len`` of ``context``
     tokens, each setting left out at vLLM's default for that card and release (the module's docstring
-    gives the rules and their sources)."""
+    gives the rules and their sources); ``graphs``: what the class's nodes report of their cards' vendor
+    and driver (``planner.platform``), where a setting does not say the driver."""
     release = release_of(s.vllm_version or DEFAULT_VLLM_VERSION)
     large = card_gb * GIB >= VLLM_LARGE_CARD_GIB * GIB and not is_a100(gpu_class)
     tokens, seqs = VLLM_LARGE_DEFAULTS if large else VLLM_SMALL_DEFAULTS
@@ -277,7 +285,9 @@ def vllm_run(s: VllmSettings, gpu_class: str, card_gb: float, context: int = 0) 
         release=release,
         flashinfer_sampler=bool(s.flashinfer_sampler),
         p2p=s.gpu_p2p is not False,
-        old_driver=old_driver(s.nvidia_driver),
+        old_driver=old_driver(s.nvidia_driver) or graphs == "old-driver",
+        rocm=graphs == "rocm",
+        driver_unreported=graphs == "unreported" and s.nvidia_driver is None,
     )
 
 

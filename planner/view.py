@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TypeAlias
 
-from planner.groups import FabricGroup, Group, HostPool, fabric_in, grouped_key, ram_room, tally
+from planner.groups import FabricGroup, Group, GroupKey, HostPool, fabric_in, grouped_key, ram_room, tally
 from planner.index import PoolIndex, cpu_rank, lack, merged, ram_lack, takes
 from planner.model import Option, PoolNode
 
@@ -62,7 +62,7 @@ class PoolView:
     def groups(self) -> list[Group]:
         """``grouped(list(self))``: the index's, with the classes the overrides change copied and changed."""
         base = self.index.groups()
-        delta: Counter[tuple[str, int, str, int, int]] = Counter()
+        delta: Counter[GroupKey] = Counter()
         for i, n in self.over.items():
             was, now = grouped_key(self._base[i]), grouped_key(n)
             if was != now:
@@ -74,7 +74,7 @@ class PoolView:
             return base
         copies: dict[tuple[str, int], Group] = {}
         fresh: set[tuple[str, int, str]] = set()
-        for (gpu_class, mem_gb, fabric, gpus, free), d in delta.items():
+        for (gpu_class, mem_gb, fabric, gpus, free, graphs), d in delta.items():
             if not d:
                 continue
             g = copies.get((gpu_class, mem_gb))
@@ -83,6 +83,7 @@ class PoolView:
                 g = Group(gpu_class, mem_gb)
                 if old is not None:  # the fabrics are shared until one is changed
                     g.max_gpus, g.fabrics, g.cards = old.max_gpus, list(old.fabrics), dict(old.cards)
+                    g.platforms = dict(old.platforms)
                 copies[(gpu_class, mem_gb)] = g
             at, there = fabric_in(g, fabric)
             if not there:
@@ -90,7 +91,7 @@ class PoolView:
             elif (gpu_class, mem_gb, fabric) not in fresh:
                 g.fabrics[at] = FabricGroup(fabric, dict(g.fabrics[at].cards))
             fresh.add((gpu_class, mem_gb, fabric))
-            tally(g, g.fabrics[at], (gpus, free), d)
+            tally(g, g.fabrics[at], (gpus, free), d, graphs)
         by = {(g.gpu_class, g.mem_gb): g for g in base}
         for key, g in copies.items():
             g.fabrics = [f for f in g.fabrics if f.cards]

@@ -33,8 +33,16 @@ from planner.constants import (
     vllm_overhead_bytes,
 )
 from planner.estimate import DEFAULT_ESTIMATE, EngineShape, Estimate, Need, need_of, thin_data
+from planner.platform import GRAPHS_ERROR
 from planner.settings import VllmRun
-from planner.vllmrelease import DEFAULT_RELEASE, OLD_DRIVER_GRAPHS, VLLM_SORT_SAMPLER_BYTES, Release, sorts_sampler
+from planner.vllmrelease import (
+    DEFAULT_RELEASE,
+    OLD_DRIVER_GRAPHS,
+    ROCM_GRAPHS,
+    VLLM_SORT_SAMPLER_BYTES,
+    Release,
+    sorts_sampler,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,18 +143,20 @@ def vllm_graphs(
     *,
     max_seqs: int = VLLM_MAX_SEQS,
     old_driver: bool = False,
+    rocm: bool = False,
     fit: VllmFit = VLLM_FIT,
 ) -> int:
     """CUDA graph memory on each card: per layer the card holds, and per unit of hidden size its share,
     for every batch size captured (the profiles captured all 67); and a fixed part. Under a driver older
-    than the 550 branch (``old_driver``), the part per size ``OLD_DRIVER_GRAPHS`` times (``planner.vllmrelease``)."""
+    than the 550 branch (``old_driver``), the part per size ``OLD_DRIVER_GRAPHS`` times; HIP graphs on an
+    AMD card (``rocm``), ``ROCM_GRAPHS`` times (``planner.vllmrelease``)."""
     layers = -(-(shape.layers or UNKNOWN_LAYERS) // pp)
     hidden = shape.hidden or UNKNOWN_HIDDEN
     moe = fit.graphs_moe if shape.moe else 0
     per_size = layers * fit.graphs_per_layer + hidden * fit.graphs_per_hidden // tp + moe
     sized = per_size * graph_sizes(max_seqs) // graph_sizes(VLLM_MAX_SEQS)
-    if old_driver:
-        times, per = OLD_DRIVER_GRAPHS
+    if old_driver or rocm:
+        times, per = ROCM_GRAPHS if rocm else OLD_DRIVER_GRAPHS
         sized = sized * times // per
     return fit.graphs_fixed + sized
 
@@ -192,6 +202,8 @@ def vllm_card(
     release: Release = DEFAULT_RELEASE,
     flashinfer_sampler: bool = False,
     old_driver: bool = False,
+    rocm: bool = False,
+    driver_unreported: bool = False,
     dequantised: bool = False,
     fit: VllmFit = VLLM_FIT,
 ) -> Need:
@@ -221,13 +233,18 @@ def vllm_card(
         ),
         (
             "CUDA graphs",
-            0 if enforce_eager else vllm_graphs(shape, tp, pp, max_seqs=max_seqs, old_driver=old_driver, fit=fit),
+            0
+            if enforce_eager
+            else vllm_graphs(shape, tp, pp, max_seqs=max_seqs, old_driver=old_driver, rocm=rocm, fit=fit),
         ),
         ("vision encoder", vllm_vision(shape, batched_tokens, images, fit=fit)),
     )
     if dequantised and not enforce_eager:
         parts += (("bitsandbytes dequantised weight", vllm_dequantised(shape, tp)),)
-    return need_of(weights, kv, parts, thin_data(shape, context))
+    thin = thin_data(shape, context)
+    if driver_unreported and not enforce_eager:
+        thin += (GRAPHS_ERROR,)
+    return need_of(weights, kv, parts, thin)
 
 
 def vllm_split(
@@ -270,5 +287,7 @@ def vllm_split(
         release=run.release,
         flashinfer_sampler=run.flashinfer_sampler,
         old_driver=run.old_driver,
+        rocm=run.rocm,
+        driver_unreported=run.driver_unreported,
         dequantised=dequantised,
     )

@@ -50,8 +50,9 @@ class VllmLayout:
         self.need = need
 
     def run(self, c: Group) -> VllmRun:
-        """vLLM's settings on class ``c``: the request's, and vLLM's defaults on that card for the rest."""
-        return vllm_run(self.sizing.settings.vllm, c.gpu_class, c.mem_gb, self.sizing.context)
+        """vLLM's settings on class ``c``: the request's, and vLLM's defaults on that card for the rest, with
+        what its nodes' vendor and driver make of the graphs."""
+        return vllm_run(self.sizing.settings.vllm, c.gpu_class, c.mem_gb, self.sizing.context, c.graphs)
 
     def per_card_gb(self, tp: int, pp: int, run: VllmRun) -> float:
         return gib(self.need(tp, pp, run).total)

@@ -29,6 +29,8 @@ def heartbeat_dict(
     ended: Mapping[str, str] | None = None,
     simulated: bool = False,
     engines: Mapping[str, EngineReport] | None = None,
+    gpu_vendor: str = "",
+    gpu_driver: str = "",
 ) -> dict[str, Any]:
     """The heartbeat of a node with ``cards`` (all of one class) and ``memory``.
 
@@ -44,7 +46,9 @@ def heartbeat_dict(
     some started holds' engines were measured to hold, ``ended`` why some of their engines ended,
     ``engines`` what each of their engines is doing (``worker.conditions``); each key is left out when there
     is none. ``simulated``: the cards are ``modelplan agent --simulate``'s, said as ``"simulated": true``
-    (left out for real cards).
+    (left out for real cards). ``gpu_vendor`` and ``gpu_driver`` are the cards' maker and driver (which
+    size vLLM's graphs in a plan, ``planner.platform``): sent for a node that reports cards, each where
+    known.
     """
     given = set(taken)
     label = gpu_class if gpu_class is not None else (cards[0].label if cards else "")
@@ -71,6 +75,10 @@ def heartbeat_dict(
         "boot_id": boot_id,
         "started": list(started),
     }
+    if cards and gpu_vendor:
+        data["gpu_vendor"] = gpu_vendor
+        if gpu_driver:
+            data["gpu_driver"] = gpu_driver
     if footprints:
         data["footprints"] = {h: fp.model_dump(mode="json") for h, fp in footprints.items()}
     if ended:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -11,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.errors import InvalidInput, ModelplanError
+from planner.platform import DRIVER_VERSION_REGEX, graphs_of
 from planner.pool import ID_REGEX
-from planner.vllmrelease import old_driver
 from producer.agent.engines import replica_of
 from producer.agent.heartbeat import heartbeat_dict
 from producer.agent.hooks import StartHook, StopHook, log_start, log_stop
@@ -85,6 +84,9 @@ class Agent:
         self._seen: tuple[tuple[str, int], tuple[tuple[int, str], ...]] | None = None
         self._beats = BeatLog()
         self._driver_checked = False
+        self.driver = ""
+        """The cards' driver as read once the node has cards (``""`` unread or unreadable): published with
+        every heartbeat, so that plans size vLLM's graphs for it (``planner.platform``)."""
 
     @property
     def log(self) -> Any:
@@ -124,20 +126,23 @@ class Agent:
         check_label(self.node_id, self.gpu_class, cards)
 
     def _check_driver(self) -> None:
-        """Warn once where the cards' driver is older than the 550 branch, under which vLLM's CUDA graphs
-        take about three times what a plan counts unless the workers are told (``nvidia_driver``)."""
+        """Read the cards' driver once, to publish it; say so once where it is older than the 550 branch,
+        under which vLLM's CUDA graphs take about three times the memory (the plans count it for this
+        node's cards). A version the agent cannot read as one is not published, and said once."""
         read = getattr(self.reader, "driver", None)
         version = read() if callable(read) else None
-        try:
-            old = old_driver(version)
-        except ValueError:
-            old = False
-        if old:
+        if version is None:
+            return
+        if not re.fullmatch(DRIVER_VERSION_REGEX, version):
+            self.log.warning("driver_unreadable", driver=version[:60], why="not a version such as 535.230.02")
+            return
+        self.driver = version
+        if graphs_of("nvidia", version) == "old-driver":
             self.log.warning(
                 "old_driver",
                 driver=version,
-                why="before the 550 branch vLLM's CUDA graphs take about three times the memory a plan counts",
-                fix=f"set MODELPLAN_SETTINGS='{json.dumps({'vllm': {'nvidia_driver': version}})}' for the workers",
+                why="before the 550 branch vLLM's CUDA graphs take about three times the memory",
+                counted="published with each heartbeat: plans count the larger graphs on this node's cards",
             )
 
     def heartbeat(self, cards: Sequence[Card], memory: HostMemory) -> Heartbeat:
@@ -158,6 +163,8 @@ class Agent:
             ended=self.ended(),
             simulated=bool(getattr(self.reader, "simulated", False)),  # modelplan agent --simulate
             engines=self.engines(),
+            gpu_vendor="nvidia",
+            gpu_driver=self.driver,
         )
         return parse_heartbeat(data, f"heartbeat of {self.node_id}")
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from planner.constants import GIB
 from planner.estimate import EngineShape, Need
+from planner.platform import Graphs
 from planner.settings import VllmSettings, vllm_run
 from planner.vllmcost import VLLM_FIT, VllmFit, vllm_card
 from planner.vllmrelease import GRAPHS_IN_SHARE_FROM, is_v0, v0_batched_tokens
@@ -168,7 +169,10 @@ def took_bytes(r: dict[str, Any]) -> int:
 
 def need(r: dict[str, Any], s: VllmSettings, fit: VllmFit = VLLM_FIT) -> Need:
     gpu_class, gib = card_class(r)
-    run = vllm_run(s, gpu_class, gib, r["max_model_len"] or 0)
+    # a row on an AMD card (``"gpu_vendor": "amd"``) is read with ROCm's graphs; every other at its
+    # printed driver (``nvidia_driver``, in its settings) or a current one
+    graphs: Graphs = "rocm" if r.get("gpu_vendor") == "amd" else "current"
+    run = vllm_run(s, gpu_class, gib, r["max_model_len"] or 0, graphs)
     got = vllm_card(
         round(r["weights_gib"] * GIB),
         0,
@@ -185,6 +189,7 @@ def need(r: dict[str, Any], s: VllmSettings, fit: VllmFit = VLLM_FIT) -> Need:
         release=run.release,
         flashinfer_sampler=run.flashinfer_sampler,
         old_driver=run.old_driver,
+        rocm=run.rocm,
         dequantised=r["quantization"] == "bitsandbytes" and "4bit" in r["model"].lower(),
         fit=fit,
     )

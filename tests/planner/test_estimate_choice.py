@@ -3,6 +3,8 @@ counted it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from planner import ESTIMATES, PoolNode, Shape, options, repository_from_listing
@@ -54,7 +56,9 @@ def test_llamacpp_measured_is_flat_where_the_seed_grows_with_the_file() -> None:
 
 def test_thin_data_is_said_in_the_option() -> None:
     unknown = Shape(kv_bytes_per_token=131_072, kv_heads=8)
-    [o] = options([original(14.96)], unknown, [gpu_node("h", "h100-80g")], 4096)
+    # a node that reports its driver: the graphs' error at an unreported one is said too otherwise
+    current = dataclasses.replace(gpu_node("h", "h100-80g"), gpu_vendor="nvidia", gpu_driver="570.195.03")
+    [o] = options([original(14.96)], unknown, [current], 4096)
     assert o.margin == "model shape unknown"
     assert o.to_json()["margin"] == "model shape unknown"
     [seed] = options([original(14.96)], unknown, [gpu_node("h", "h100-80g")], 4096, "seed")

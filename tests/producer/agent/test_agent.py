@@ -382,6 +382,7 @@ def test_once_dry_run_prints_the_heartbeat_and_needs_no_redis(
         "free_gpus": 1,
         "host_mem_gb": 125,
         "host_free_gb": 125,
+        "gpu_vendor": "nvidia",  # FakeReader reads no driver: none is published
         "started": [],
     }
 
@@ -441,7 +442,7 @@ def test_a_placed_job_is_started_on_its_card_and_stopped_when_released(client: C
     hooks = Hooks()
     agent = Agent("gpu-1", FakeReader(IDLE), client, boot_id="boot-1", start_hook=hooks.start, stop_hook=hooks.stop)
     first = agent.tick()
-    assert stored(client, "gpu-1") == {**beat(IDLE), "node_id": "gpu-1", "seq": first.seq}
+    assert stored(client, "gpu-1") == {**beat(IDLE, gpu_vendor="nvidia"), "node_id": "gpu-1", "seq": first.seq}
     job = client.submit(request("llama-3.1-8b-instruct"))
     drain(client)
     rec, held = placed(client, job)
@@ -453,7 +454,7 @@ def test_a_placed_job_is_started_on_its_card_and_stopped_when_released(client: C
     # the card still reads idle (nothing was started), but it is the job's now
     assert second.seq == first.seq + 1
     assert stored(client, "gpu-1") == {
-        **beat(IDLE),
+        **beat(IDLE, gpu_vendor="nvidia"),
         "node_id": "gpu-1",
         "free_gpus": 0,
         "seq": second.seq,
@@ -467,7 +468,7 @@ def test_a_placed_job_is_started_on_its_card_and_stopped_when_released(client: C
     client.release(job)
     last = agent.tick()
     assert hooks.stops == [(held.hold_id, (0,))] and agent.started == {}
-    assert stored(client, "gpu-1") == {**beat(IDLE), "node_id": "gpu-1", "seq": last.seq}
+    assert stored(client, "gpu-1") == {**beat(IDLE, gpu_vendor="nvidia"), "node_id": "gpu-1", "seq": last.seq}
     assert whole_state(client) == {
         "index": {"released": [job]},
         "records": {job: "released"},
@@ -571,8 +572,9 @@ def test_once_publishes_through_redis(redis_url: str, client: Client, logging_re
     args = agent_args("--once", "--node-id", "gpu-9", "--fabric", "ib-east", "--redis-url", redis_url)
     assert run_from_args(args, reader=FakeReader(IDLE)) == 0
     record = stored(client, "gpu-9")
+    published = beat(IDLE, fabric="ib-east", gpu_vendor="nvidia")
     assert {k: v for k, v in record.items() if k not in ("seq", "boot_id")} == {
-        k: v for k, v in beat(IDLE, fabric="ib-east").items() if k not in ("seq", "boot_id", "node_id")
+        k: v for k, v in published.items() if k not in ("seq", "boot_id", "node_id")
     } | {"node_id": "gpu-9"}
 
 

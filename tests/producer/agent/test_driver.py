@@ -1,14 +1,13 @@
-"""The agent reads the cards' driver and, where it is older than the 550 branch, tells the operator once how
-to have plans count vLLM's larger CUDA graphs there (``planner.vllmrelease.OLD_DRIVER_GRAPHS``)."""
+"""The agent reads the cards' driver once and publishes it, with the cards' vendor, in every heartbeat, so
+that plans count vLLM's larger CUDA graphs on a node whose driver is older than the 550 branch
+(``planner.platform``); it says so once where it is."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from structlog.testing import capture_logs
 
-from planner.settings import parse_settings
 from producer import constants as K
 from producer.agent.loop import Agent
 from producer.agent.probes import SystemReader
@@ -36,7 +35,7 @@ class DriverReader(FakeReader):
         return self.version
 
 
-def test_an_old_driver_is_told_once_with_the_setting_that_counts_it() -> None:
+def test_an_old_driver_is_told_once_and_published_with_every_heartbeat() -> None:
     reader = DriverReader(IDLE, version="535.230.02")
     agent = Agent("old", reader, boot_id="boot-1")
     with capture_logs() as logs:
@@ -45,17 +44,35 @@ def test_an_old_driver_is_told_once_with_the_setting_that_counts_it() -> None:
     told = [e for e in logs if e["event"] == "old_driver"]
     assert len(told) == 1 and reader.asked == 1
     assert told[0]["driver"] == "535.230.02" and told[0]["log_level"] == "warning"
-    # the fix it names is a deployment setting the workers take as it is written
-    given = told[0]["fix"].split("MODELPLAN_SETTINGS='")[1].split("'")[0]
-    assert parse_settings(json.loads(given)).vllm.nvidia_driver == "535.230.02"
+    assert "fix" not in told[0]  # nothing for the operator to set: the plan reads it from the node
+    beat = agent.heartbeat(*agent.read())
+    assert (beat.gpu_vendor, beat.gpu_driver) == ("nvidia", "535.230.02")
+    node = beat.to_pool_node()
+    assert (node.gpu_vendor, node.gpu_driver) == ("nvidia", "535.230.02") and reader.asked == 1
 
 
-def test_a_current_driver_an_unreadable_one_or_a_cpu_node_is_not_told() -> None:
-    for reader in (DriverReader(IDLE, version="550.54.15"), DriverReader(IDLE, version="unknown"), DriverReader(IDLE)):
-        with capture_logs() as logs:
-            Agent("n", reader, boot_id="boot-1").tick()
-        assert not [e for e in logs if e["event"] == "old_driver"], reader.version
-    cpu = DriverReader([], version="535.230.02")
+def test_a_current_driver_is_published_and_not_told() -> None:
+    reader = DriverReader(IDLE, version="550.54.15")
+    agent = Agent("n", reader, boot_id="boot-1")
     with capture_logs() as logs:
-        Agent("cpu", cpu, boot_id="boot-1").tick()
+        agent.tick()
+    assert not [e for e in logs if e["event"] == "old_driver"]
+    assert agent.heartbeat(*agent.read()).gpu_driver == "550.54.15"
+
+
+def test_an_unreadable_driver_or_none_is_not_published_and_a_cpu_node_names_no_vendor() -> None:
+    for reader in (DriverReader(IDLE, version="unknown"), DriverReader(IDLE), FakeReader(IDLE)):
+        agent = Agent("n", reader, boot_id="boot-1")
+        with capture_logs() as logs:
+            agent.tick()
+        assert not [e for e in logs if e["event"] == "old_driver"]
+        beat = agent.heartbeat(*agent.read())
+        assert (beat.gpu_vendor, beat.gpu_driver) == ("nvidia", ""), reader
+        assert "gpu_driver" not in beat.model_dump_json()
+    cpu = DriverReader([], version="535.230.02")
+    agent = Agent("cpu", cpu, boot_id="boot-1")
+    with capture_logs() as logs:
+        agent.tick()
     assert cpu.asked == 0 and not [e for e in logs if e["event"] == "old_driver"]
+    beat = agent.heartbeat(*agent.read())
+    assert (beat.gpu_vendor, beat.gpu_driver) == ("", "") and "gpu_vendor" not in beat.model_dump_json()
