@@ -16,13 +16,9 @@ from producer.agent.hooks import log_start
 from producer.agent.simulated import SimulatedReader
 from producer.agent.supervise import Supervisor
 from producer.render import job_text
-from tests.producer.agent import test_supervise
 from tests.producer.agent.test_supervise import BOOT, standin, until
 from tests.worker.helpers import drain, request
 from worker.records import JobState
-
-engines = test_supervise.engines
-"""The stand-ins a test starts, killed at its end if still running."""
 
 
 def _nodes(client: Client, **hooks: object) -> dict[str, Agent]:
@@ -105,7 +101,8 @@ def test_engines_run_starts_each_nodes_part(client: Client, tmp_path: Path, engi
     assert "--headless" in launched[other] and "--headless" not in launched[head]
     # each node's own line (the stand-in in place of vllm), as its record keeps it
     [record] = sups[other].store.load()
-    assert record.command[2 : 1 + len(launched[other])] == launched[other][1:] and record.cards == [0, 1, 2, 3]
+    at = record.command.index(launched[other][1])  # past the interpreter, its flags and the stand-in's path
+    assert record.command[at : at + len(launched[other]) - 1] == launched[other][1:] and record.cards == [0, 1, 2, 3]
     client.release(job)
     for n, a in agents.items():
         until(stopped(sups[n]), a.tick)

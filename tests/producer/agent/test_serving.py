@@ -105,7 +105,7 @@ def test_from_submit_to_serving_then_a_killed_engine_is_restarted_and_then_ended
     rec = client.wait_serving(job, timeout=5)
     cond = rec.replicas[0].engine
     assert cond is not None and cond.endpoint.startswith("127.0.0.1:") and cond.hold_id == rec.placement[0].hold_id
-    assert cond.model == "Meta-Llama-3-8B-Instruct-Q4_K_M.gguf"  # what its /v1/models says
+    assert cond.model == rec.request.model  # what its /v1/models says: the --alias its command line gives
     # the engine wants the job's API key, which the record does not hold and its submitter reads
     key = client.api_key(job)
     assert key and key not in client.redis.get(client.keys.job(job)).decode()  # type: ignore[union-attr]
